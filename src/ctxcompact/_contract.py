@@ -1,0 +1,139 @@
+"""The contracts outsiders implement or call: strategies, LLMs, token counters (KLIP-13)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+from ._messages import Message
+from ._tokens import HeuristicTokenCounter, TokenCounter
+
+__all__ = [
+    "LLM",
+    "CompactionContext",
+    "CompactionOutput",
+    "CompactionStrategy",
+    "Completion",
+    "ToolSpec",
+    "Usage",
+]
+
+CompactionOutput = Sequence[Message] | None
+"""What a strategy returns: the rewritten history, or ``None`` for no change."""
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """Token usage reported by a provider for one model call.
+
+    ``input_tokens`` is the whole prompt, cached parts included (adapters normalise
+    Anthropic's split counts into this); the cache counts are the parts of it that were read
+    from or written to the provider's prompt cache.
+
+    Example:
+        >>> Usage(input_tokens=1200, output_tokens=80, cache_read_tokens=1000).total_tokens
+        1280
+    """
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+
+    @property
+    def total_tokens(self) -> int:
+        """Prompt plus completion: the context the next call starts from."""
+        return self.input_tokens + self.output_tokens
+
+
+@dataclass(frozen=True, slots=True)
+class Completion:
+    """One model answer.
+
+    Attributes:
+        message: The assistant message (text and/or tool calls).
+        usage: Token usage, when the provider reported it.
+        finish_reason: ``stop``, ``length``, ``tool_calls``, ``content_filter``, or the
+            provider's own word when it is none of these.
+
+    Example:
+        >>> Completion(Message.assistant("hi")).finish_reason
+        'stop'
+    """
+
+    message: Message
+    usage: Usage | None = None
+    finish_reason: str = "stop"
+
+
+@dataclass(frozen=True, slots=True)
+class ToolSpec:
+    """A tool the model may call: a name, a description and a JSON schema of its arguments.
+
+    Example:
+        >>> ToolSpec("ls", "List files", {"type": "object", "properties": {}}).name
+        'ls'
+    """
+
+    name: str
+    description: str = ""
+    parameters: Mapping[str, Any] = field(
+        default_factory=lambda: {"type": "object", "properties": {}}
+    )
+
+
+@runtime_checkable
+class LLM(Protocol):
+    """A chat model. Adapters for the official SDKs live in :mod:`ctxcompact.llm`."""
+
+    async def complete(
+        self,
+        messages: Sequence[Message],
+        *,
+        system: str | None = None,
+        tools: Sequence[ToolSpec] | None = None,
+        max_tokens: int | None = None,
+    ) -> Completion:
+        """Answer ``messages`` (a history that may start with system messages)."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class CompactionContext:
+    """Everything a strategy may look at when it runs (KLIP-13, plus a token counter).
+
+    Attributes:
+        history: The history to rewrite. Never mutate it.
+        token_count: The current context size in tokens, as the controller counts it.
+        max_context_size: The model's window in tokens.
+        reserved_context_size: Tokens kept free for the answer and the next tool results.
+        llm: The model to summarize with, when there is one.
+        token_counter: Estimates tokens of messages, for strategies that budget.
+
+    Example:
+        >>> ctx = CompactionContext([Message.user("hi")], 10, 1000, 100)
+        >>> ctx.token_counter.count(ctx.history) > 0
+        True
+    """
+
+    history: Sequence[Message]
+    token_count: int
+    max_context_size: int
+    reserved_context_size: int
+    llm: LLM | None = None
+    token_counter: TokenCounter = field(default_factory=HeuristicTokenCounter)
+
+
+@runtime_checkable
+class CompactionStrategy(Protocol):
+    """How to rewrite a history. *When* is the controller's business, not the strategy's.
+
+    A strategy returns a new sequence (reusing unchanged messages) or ``None`` for no
+    change; it never mutates ``ctx.history``, keeps causal order and keeps tool calls paired
+    with their results.
+    """
+
+    async def compact(self, ctx: CompactionContext) -> CompactionOutput:
+        """Rewrite ``ctx.history``, or return ``None`` when there is nothing to do."""
+        ...

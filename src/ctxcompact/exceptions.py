@@ -1,0 +1,183 @@
+"""Every error ctxcompact raises, in one tree.
+
+Mistakes a developer makes (a bad config file, an unknown strategy, a strategy that needs an
+LLM it was not given) are :class:`UserError`; malformed conversation data is
+:class:`FormatError`; failures at run time (a summarizer that returns garbage, a provider
+that rate-limits) are :class:`CompactionError` and :class:`LLMError`.
+
+```
+CtxCompactError
+├── UserError                    the developer's mistake: fix the code or the config
+│   ├── ConfigError              invalid TOML, unknown key, value out of range (file, key)
+│   ├── StrategyLoadError        a strategy spec that cannot be loaded (spec, cause)
+│   ├── MissingDependencyError   an optional extra is not installed (the pip line to run)
+│   └── LLMRequiredError         a strategy needs an LLM and none was given
+├── FormatError (ValueError)     malformed messages (message index, field)
+├── CompactionError              a strategy failed at run time; the history is kept
+└── LLMError                     a model call failed (status_code, retryable)
+    ├── RateLimitError           429                                    retryable
+    ├── ContextTooLongError      the request does not fit the model's window
+    ├── AuthenticationError      401/403, a bad or missing API key
+    ├── ModelNotFoundError       404, unknown model
+    ├── LLMTimeoutError          the request timed out                  retryable
+    ├── ServerError              5xx                                    retryable
+    ├── LLMConnectionError       the server could not be reached        retryable
+    └── BadResponseError         an empty or malformed completion
+```
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "AuthenticationError",
+    "BadResponseError",
+    "CompactionError",
+    "ConfigError",
+    "ContextTooLongError",
+    "CtxCompactError",
+    "FormatError",
+    "LLMConnectionError",
+    "LLMError",
+    "LLMRequiredError",
+    "LLMTimeoutError",
+    "MissingDependencyError",
+    "ModelNotFoundError",
+    "RateLimitError",
+    "ServerError",
+    "StrategyLoadError",
+    "UserError",
+]
+
+
+class CtxCompactError(Exception):
+    """Base class of every error raised by ctxcompact."""
+
+
+class UserError(CtxCompactError):
+    """A mistake in how ctxcompact is used: the message says what to change."""
+
+
+class ConfigError(UserError):
+    """An invalid configuration file or value.
+
+    Attributes:
+        path: The file the error is in, when it came from a file.
+        key: The dotted key (``compaction.reserved_context_size``), when one is at fault.
+    """
+
+    def __init__(self, message: str, *, path: str | None = None, key: str | None = None) -> None:
+        where = ", ".join(p for p in (path, f"key {key!r}" if key else None) if p)
+        super().__init__(f"{where}: {message}" if where else message)
+        self.path = path
+        self.key = key
+
+
+class StrategyLoadError(UserError):
+    """A strategy spec could not be turned into a working strategy object.
+
+    Attributes:
+        spec: The spec as given (``package.module:ClassName`` or an entry-point name).
+    """
+
+    def __init__(self, spec: str, message: str) -> None:
+        super().__init__(f"cannot load strategy {spec!r}: {message}")
+        self.spec = spec
+
+
+class MissingDependencyError(UserError, ImportError):
+    """An optional dependency is not installed.
+
+    Attributes:
+        extra: The ctxcompact extra that provides it (``openai``, ``tiktoken``...).
+    """
+
+    def __init__(self, what: str, extra: str) -> None:
+        super().__init__(
+            f"{what} needs the optional dependency '{extra}': "
+            f"pip install 'ctxcompact[{extra}]'"
+        )
+        self.extra = extra
+
+
+class LLMRequiredError(UserError):
+    """A strategy that summarizes with an LLM was run without one."""
+
+
+class FormatError(CtxCompactError, ValueError):
+    """Malformed conversation data.
+
+    Attributes:
+        index: The index of the offending message, when the error is about one message.
+        field: The offending field (``tool_calls[0].function.arguments``), when known.
+    """
+
+    def __init__(self, message: str, *, index: int | None = None, field: str | None = None) -> None:
+        where = ""
+        if index is not None:
+            where = f"message {index}"
+            if field:
+                where += f", field {field!r}"
+        elif field:
+            where = f"field {field!r}"
+        super().__init__(f"{where}: {message}" if where else message)
+        self.index = index
+        self.field = field
+
+
+class CompactionError(CtxCompactError):
+    """A strategy failed at run time. The controller keeps the history unchanged."""
+
+
+class LLMError(CtxCompactError):
+    """A model call failed.
+
+    Attributes:
+        status_code: The HTTP status code, when the provider answered.
+        retryable: Whether trying the same request again may succeed.
+    """
+
+    retryable: bool = False
+
+    def __init__(self, message: str, *, status_code: int | None = None) -> None:
+        super().__init__(message)
+        self.status_code = status_code
+
+
+class RateLimitError(LLMError):
+    """The provider rate-limited the request (429)."""
+
+    retryable = True
+
+
+class ContextTooLongError(LLMError):
+    """The request is longer than the model's context window."""
+
+
+class AuthenticationError(LLMError):
+    """The API key is missing, invalid or not allowed to use the model (401, 403)."""
+
+
+class ModelNotFoundError(LLMError):
+    """The model does not exist or is not available (404)."""
+
+
+class LLMTimeoutError(LLMError):
+    """The request timed out."""
+
+    retryable = True
+
+
+class ServerError(LLMError):
+    """The provider failed (5xx)."""
+
+    retryable = True
+
+
+class LLMConnectionError(LLMError):
+    """The provider could not be reached."""
+
+    retryable = True
+
+
+class BadResponseError(LLMError):
+    """The provider answered with an empty or malformed completion."""
