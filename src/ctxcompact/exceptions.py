@@ -14,6 +14,7 @@ CtxCompactError
 │   └── LLMRequiredError         a strategy needs an LLM and none was given
 ├── FormatError (ValueError)     malformed messages (message index, field)
 ├── CompactionError              a strategy failed at run time; the history is kept
+├── MaxStepsExceeded             an agent run used its whole step budget (steps)
 └── LLMError                     a model call failed (status_code, retryable)
     ├── RateLimitError           429                                    retryable
     ├── ContextTooLongError      the request does not fit the model's window
@@ -40,6 +41,7 @@ __all__ = [
     "LLMError",
     "LLMRequiredError",
     "LLMTimeoutError",
+    "MaxStepsExceeded",
     "MissingDependencyError",
     "ModelNotFoundError",
     "RateLimitError",
@@ -126,6 +128,20 @@ class FormatError(CtxCompactError, ValueError):
 
 class CompactionError(CtxCompactError):
     """A strategy failed at run time. The controller keeps the history unchanged."""
+
+
+class MaxStepsExceeded(CtxCompactError):
+    """An agent run made ``max_steps`` model calls and the model was still calling tools.
+
+    The agent's history and transcript are complete; running it again continues.
+
+    Attributes:
+        steps: The number of model calls made.
+    """
+
+    def __init__(self, message: str, *, steps: int) -> None:
+        super().__init__(message)
+        self.steps = steps
 
 
 class LLMError(CtxCompactError):
