@@ -1,0 +1,396 @@
+"""LLMSummary: old messages become one summary written by an LLM (KLIP-13 §5, fixed).
+
+Taken from kimi-cli's ``SimpleCompaction`` (keep the last ``max_preserved_messages``
+user/assistant messages, summarize what comes before), with these fixes:
+
+* the cut never falls inside a tool-call group, system messages stay first;
+* the summarizer sees tool calls (name, arguments) and tool results, not only text, and the
+  oversized ones are cut head + tail so its own request fits ``max_input_tokens``;
+* an earlier summary is recognized by :data:`SUMMARY_PREFIX` and merged, never nested;
+* a summarizer that overflows retries once with a smaller input, one cut at its output limit
+  retries once asking for a shorter summary, then keeps the truncated text with a marker.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from typing import TYPE_CHECKING
+
+# LLM is needed at run time, not only for typing: the loader injects by resolved annotation.
+from .._contract import LLM  # noqa: TC001
+from .._groups import tool_groups
+from .._messages import ImagePart, Message, TextPart
+from ..exceptions import BadResponseError, CompactionError, ContextTooLongError, LLMRequiredError
+from ._shared import check_int
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from .._contract import CompactionContext, Completion
+    from .._tokens import TokenCounter
+
+__all__ = ["SUMMARIZER_SYSTEM", "SUMMARY_PREFIX", "SUMMARY_PROMPT", "LLMSummary"]
+
+logger = logging.getLogger(__name__)
+
+SUMMARY_PREFIX = (
+    "[ctxcompact] The earlier part of this conversation was compacted. Summary of it:\n\n"
+)
+"""The start of every summary message's text; how a later run recognizes an earlier summary."""
+
+SUMMARIZER_SYSTEM = (
+    "You compact the history of a conversation between a user and an AI agent that uses "
+    "tools. You write a summary the agent will continue from as if it were its own memory. "
+    "You only write the summary: never call tools, never continue the task."
+)
+"""The system prompt of the summarizer's request."""
+
+SUMMARY_PROMPT = """\
+The messages above are the older part of a conversation between a user and an AI agent that \
+uses tools. The most recent messages are kept verbatim after your summary and are not shown \
+here. Write a summary that lets the agent continue the work without the original messages.
+
+Cover, in this order of priority:
+1. Current task state: what the user asked for (quote their requests and any feedback that \
+changed them), what is being worked on right now and how far it has got.
+2. Errors and how they were solved: exact error messages, their causes and the fixes that \
+worked; approaches that failed and why.
+3. Files and code changed: every file read, created or modified, with its path, what changed \
+and why; short code snippets, signatures and commands that matter.
+4. Decisions: design and technical choices and their reasons; constraints and preferences the \
+user stated.
+5. What is left to do: pending tasks, open questions and the next step.
+
+Rules:
+- Be specific: keep paths, names, identifiers, numbers, commands and error text exactly.
+- Tool results are evidence: keep the facts they established, drop their bulk.
+- If the conversation starts with an earlier summary, merge it in: keep what is still true, \
+update what changed, drop what no longer matters. Do not nest or quote it whole.
+- Leave out pleasantries, repetition and dead ends (keep their lesson).
+- Plain text under the five headings above. No preamble, do not address the user."""
+"""The default instructions, appended after the transcript of the messages to summarize."""
+
+_TRUNCATED_MARKER = "\n\n[summary truncated: the summarizer reached its output limit]"
+_SHORTER = (
+    "\n\nYour previous summary was cut off at the output limit. Write it again, much "
+    "shorter: under about {words} words, same priorities."
+)
+_MIN_ITEM_TOKENS = 48  # below this a cut item says nothing useful: omit old items instead
+_SYSTEM_ROLES = ("system", "developer")
+
+
+class LLMSummary:
+    """Replace the older messages with one summary written by an LLM.
+
+    The last ``max_preserved_messages`` user/assistant messages and everything after the
+    first of them are kept as they are (the very same objects); the cut moves earlier rather
+    than split a tool-call group. Leading system messages stay first, and system messages
+    from the summarized part are kept right after them. Everything else before the cut
+    becomes one ``user`` message whose text starts with :data:`SUMMARY_PREFIX` (a user
+    message, because Anthropic allows no system message mid-history). An earlier summary
+    in the summarized part is merged into the new one, not nested.
+
+    Failures keep the history: an LLM error propagates as its :class:`~ctxcompact.exceptions.
+    LLMError` subclass; an empty answer raises :class:`~ctxcompact.exceptions.BadResponseError`.
+
+    Args:
+        llm: The summarizer. Injected by the loader (a cheaper compaction model), or taken
+            from ``ctx.llm`` at run time when ``None``.
+        max_preserved_messages: User/assistant messages kept verbatim at the end (>= 0).
+        max_summary_tokens: The summarizer's ``max_tokens``; the prompt asks for fewer words.
+        max_input_tokens: Budget of the summarizer's whole request (``None``: the context's
+            ``max_context_size`` minus ``max_summary_tokens``), estimated with
+            ``ctx.token_counter``. Oversized items are cut head + tail to fit it.
+        prompt: The instructions placed after the transcript (default :data:`SUMMARY_PROMPT`).
+        system_prompt: The summarizer's system prompt (default :data:`SUMMARIZER_SYSTEM`).
+
+    Example:
+        >>> from ctxcompact.testing import ScriptedLLM
+        >>> strategy = LLMSummary(ScriptedLLM("Task: fix the bug."), max_preserved_messages=1)
+    """
+
+    def __init__(
+        self,
+        llm: LLM | None = None,
+        *,
+        max_preserved_messages: int = 2,
+        max_summary_tokens: int = 4096,
+        max_input_tokens: int | None = None,
+        prompt: str = SUMMARY_PROMPT,
+        system_prompt: str = SUMMARIZER_SYSTEM,
+    ) -> None:
+        check_int("max_preserved_messages", max_preserved_messages)
+        check_int("max_summary_tokens", max_summary_tokens, minimum=16)
+        if max_input_tokens is not None:
+            check_int("max_input_tokens", max_input_tokens, minimum=1)
+        self.llm = llm
+        self.max_preserved_messages = max_preserved_messages
+        self.max_summary_tokens = max_summary_tokens
+        self.max_input_tokens = max_input_tokens
+        self.prompt = prompt
+        self.system_prompt = system_prompt
+
+    def __repr__(self) -> str:
+        return (
+            f"LLMSummary(max_preserved_messages={self.max_preserved_messages}, "
+            f"max_summary_tokens={self.max_summary_tokens}, "
+            f"max_input_tokens={self.max_input_tokens})"
+        )
+
+    async def compact(self, ctx: CompactionContext) -> Sequence[Message] | None:
+        """Summarize the old part of ``ctx.history``; ``None`` when there is none."""
+        llm = self.llm if self.llm is not None else ctx.llm
+        if llm is None:
+            raise LLMRequiredError(
+                "LLMSummary needs an LLM to summarize with: pass one (LLMSummary(llm)), give "
+                "the controller or the agent llm=..., or set [compaction.llm] in the config"
+            )
+        history = ctx.history
+        head = _leading_systems(history)
+        cut = self.cut_index(history)
+        if cut <= head:
+            return None
+        old = history[head:cut]
+        kept_systems = [m for m in old if m.role in _SYSTEM_ROLES]
+        to_summarize = [m for m in old if m.role not in _SYSTEM_ROLES]
+        if not to_summarize or (len(to_summarize) == 1 and _is_summary(to_summarize[0])):
+            return None
+        items = _render(to_summarize)
+        text = await self._summarize(llm, items, ctx)
+        summary = Message.user(SUMMARY_PREFIX + text)
+        return [*history[:head], *kept_systems, summary, *history[cut:]]
+
+    def cut_index(self, history: Sequence[Message]) -> int:
+        """Index of the first preserved message (``len(history)`` keeps none).
+
+        Returns 0 when fewer than ``max_preserved_messages`` user/assistant messages exist.
+        """
+        n = len(history)
+        cut = n
+        if self.max_preserved_messages > 0:
+            seen = 0
+            for i in range(n - 1, -1, -1):
+                if history[i].role in ("user", "assistant"):
+                    seen += 1
+                    if seen == self.max_preserved_messages:
+                        cut = i
+                        break
+            else:
+                return 0
+        elif n and history[-1].tool_calls:
+            cut = n - 1  # calls still waiting for results: their results would be orphans
+        return _safe_cut(history, cut)
+
+    # -- the summarizer call -------------------------------------------------------------------
+
+    async def _summarize(self, llm: LLM, items: list[str], ctx: CompactionContext) -> str:
+        counter = ctx.token_counter
+        budget = self.max_input_tokens or (ctx.max_context_size - self.max_summary_tokens)
+        words = max(16, int(self.max_summary_tokens * 0.6))
+        instructions = f"{self.prompt}\n\nKeep the summary under about {words} words."
+        fixed = counter.count(
+            [Message.system(self.system_prompt), Message.user(instructions + _SHORTER)]
+        )
+        room = budget - fixed
+        if room < _MIN_ITEM_TOKENS:
+            raise CompactionError(
+                f"LLMSummary: an input budget of {budget} tokens leaves no room for the "
+                f"transcript (the prompt alone is ~{fixed}); raise max_input_tokens"
+            )
+        request = _request(_fit(items, room, counter), instructions)
+        try:
+            completion = await self._complete(llm, request)
+        except ContextTooLongError as exc:
+            logger.warning("summarizer input too long (%s); retrying with half the input", exc)
+            request = _request(_fit(items, room // 2, counter), instructions)
+            completion = await self._complete(llm, request)
+        text = _answer_text(completion)
+        if completion.finish_reason != "length":
+            return _nonempty(text, completion)
+        logger.info("summary cut at the output limit; asking for a shorter one")
+        shorter = _request_text(request) + _SHORTER.format(words=max(8, words // 2))
+        retry = await self._complete(llm, [Message.user(shorter)])
+        retry_text = _answer_text(retry)
+        if retry.finish_reason != "length":
+            return _nonempty(retry_text, retry)
+        return _nonempty(retry_text or text, retry) + _TRUNCATED_MARKER
+
+    async def _complete(self, llm: LLM, messages: list[Message]) -> Completion:
+        return await llm.complete(
+            messages, system=self.system_prompt, max_tokens=self.max_summary_tokens
+        )
+
+
+# -- choosing the cut --------------------------------------------------------------------------
+
+
+def _leading_systems(history: Sequence[Message]) -> int:
+    i = 0
+    while i < len(history) and history[i].role in _SYSTEM_ROLES:
+        i += 1
+    return i
+
+
+def _safe_cut(history: Sequence[Message], cut: int) -> int:
+    """Move ``cut`` earlier until no tool-call group straddles it.
+
+    Positional groups first; then, for malformed histories, a tool message in the kept part
+    that is not inside a kept group pulls the cut back to the nearest earlier assistant
+    message calling its id, so compaction never creates an orphan the input did not have.
+    """
+    while True:
+        before = cut
+        for group in tool_groups(history):
+            if group.call_index < cut < group.end:
+                cut = group.call_index
+        while 0 < cut < len(history) and history[cut].role == "tool":
+            cut -= 1
+        cut = _pull_back_for_strays(history, cut)
+        if cut == before:
+            return cut
+
+
+def _pull_back_for_strays(history: Sequence[Message], cut: int) -> int:
+    in_group = False
+    for i in range(cut, len(history)):
+        msg = history[i]
+        if msg.role == "assistant" and msg.tool_calls:
+            in_group = True
+        elif msg.role != "tool":
+            in_group = False
+        elif not in_group and msg.tool_call_id is not None:
+            for j in range(min(i, cut) - 1, -1, -1):
+                if msg.tool_call_id in history[j].tool_call_ids:
+                    return j
+    return cut
+
+
+# -- what the summarizer reads -----------------------------------------------------------------
+
+
+def _is_summary(message: Message) -> bool:
+    return message.role == "user" and message.text.startswith(SUMMARY_PREFIX)
+
+
+def _render(messages: Sequence[Message]) -> list[str]:
+    """One text item per message: role, text, tool calls and, for results, the tool name."""
+    names: dict[int, str] = {}
+    for group in tool_groups(messages):
+        by_id = {c.id: c.name for c in messages[group.call_index].tool_calls or ()}
+        for i in group.result_indices:
+            names[i] = by_id.get(messages[i].tool_call_id or "", "?")
+    items: list[str] = []
+    for i, msg in enumerate(messages):
+        if _is_summary(msg):
+            items.append(f"[earlier summary]\n{msg.text[len(SUMMARY_PREFIX) :]}")
+            continue
+        if msg.role == "tool":
+            error = ", error" if msg.is_error else ""
+            label = f"tool result of {names.get(i, '?')} (id {msg.tool_call_id}{error})"
+        else:
+            label = msg.role
+        lines = [f"[{label}]"]
+        body = _content_text(msg)
+        if body:
+            lines.append(body)
+        lines.extend(
+            f"-> call {c.name} (id {c.id}) with arguments: {c.arguments}"
+            for c in msg.tool_calls or ()
+        )
+        items.append("\n".join(lines))
+    return items
+
+
+def _content_text(msg: Message) -> str:
+    content = msg.content
+    if content is None or isinstance(content, str):
+        return content or ""
+    out: list[str] = []
+    for part in content:
+        if isinstance(part, TextPart):
+            out.append(part.text)
+        elif isinstance(part, ImagePart):
+            out.append("[image]")
+        else:
+            out.append(f"[{part.type} block]")
+    return "\n".join(out)
+
+
+def _fit(items: list[str], budget: int, counter: TokenCounter) -> list[str]:
+    """Cut the largest items head + tail (water-filling) until the total fits ``budget``.
+
+    When even items of ``_MIN_ITEM_TOKENS`` do not fit, the oldest are left out with a note.
+    """
+    sizes = [counter.count_message(Message.user(t)) for t in items]
+    if sum(sizes) <= budget:
+        return items
+    cap = _water_level(sizes, budget)
+    # The cut marker and rounding cost a few tokens: aim a little below the cap.
+    target = max(_MIN_ITEM_TOKENS // 2, cap - 16)
+    fitted = [
+        _head_tail(t, int(len(t) * target / s)) if s > cap else t
+        for t, s in zip(items, sizes, strict=True)
+    ]
+    sizes = [counter.count_message(Message.user(t)) for t in fitted]
+    total, start = sum(sizes), 0
+    while total > budget and start < len(fitted) - 1:
+        total -= sizes[start]
+        start += 1
+    if start:
+        return [f"[{start} older messages left out: too long for the summarizer]", *fitted[start:]]
+    return fitted
+
+
+def _water_level(sizes: list[int], budget: int) -> int:
+    """The largest cap ``c`` with ``sum(min(s, c)) <= budget`` (at least ``_MIN_ITEM_TOKENS``)."""
+    remaining, left = budget, len(sizes)
+    for size in sorted(sizes):
+        if size * left > remaining:
+            return max(_MIN_ITEM_TOKENS, remaining // left)
+        remaining -= size
+        left -= 1
+    return max(sizes)
+
+
+def _head_tail(text: str, keep: int) -> str:
+    cut = len(text) - keep
+    if cut <= 0:
+        return text
+    half = keep // 2
+    return f"{text[:half]}\n[... {cut} characters cut ...]\n{text[len(text) - (keep - half) :]}"
+
+
+def _request(items: list[str], instructions: str) -> list[Message]:
+    transcript = "\n\n".join(items)
+    return [Message.user(f"{transcript}\n\n---\n\n{instructions}")]
+
+
+def _request_text(request: list[Message]) -> str:
+    return request[0].text
+
+
+# -- reading the answer ------------------------------------------------------------------------
+
+_SUMMARY_TAG = re.compile(r"<summary>(.*?)(?:</summary>|$)", re.DOTALL)
+_ANALYSIS_TAG = re.compile(r"<analysis>.*?</analysis>", re.DOTALL)
+
+
+def _answer_text(completion: Completion) -> str:
+    """The summary text: thinking parts dropped, ``<analysis>`` dropped, prefix not repeated."""
+    text = completion.message.text
+    match = _SUMMARY_TAG.search(text)
+    text = match.group(1) if match else _ANALYSIS_TAG.sub("", text)
+    text = text.strip()
+    while text.startswith(SUMMARY_PREFIX.strip()):
+        text = text[len(SUMMARY_PREFIX.strip()) :].strip()
+    return text
+
+
+def _nonempty(text: str, completion: Completion) -> str:
+    if not text:
+        raise BadResponseError(
+            "LLMSummary: the summarizer returned no summary text "
+            f"(finish_reason={completion.finish_reason!r}); the history is kept"
+        )
+    return text
