@@ -1,0 +1,125 @@
+"""ToolResultHiding: KLIP-13 §3, old tool results replaced by a short placeholder."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from .._groups import ToolGroup, tool_groups
+from .._messages import Message, TextPart
+from .._tokens import HeuristicTokenCounter, TokenCounter
+from ..exceptions import ConfigError
+from ._shared import HIDDEN_PLACEHOLDER, batched_boundary, check_int, with_content
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from .._contract import CompactionContext
+
+__all__ = ["ToolResultHiding"]
+
+
+class ToolResultHiding:
+    """Hide the tool results of all but the last ``preserve_recent_n`` tool-call groups.
+
+    A group is an assistant message with ``tool_calls`` plus the tool messages right after it
+    that answer one of its calls; parallel calls are one group, hidden or kept whole. Only the
+    ``content`` of old tool messages changes (string or list content alike); ids, calls, order
+    and every other message stay as they are. Results already showing the placeholder are
+    left alone, so a second run on the output returns ``None``.
+
+    Args:
+        preserve_recent_n: How many of the newest groups keep their results.
+        placeholder: The text that replaces a hidden result.
+        batch_turns: When > 0, the number of hidden groups moves only in multiples of this,
+            so the prompt prefix (and the provider's cache of it) stays stable between moves.
+        clear_at_least: When > 0, hide more only where the tokens newly hidden, counted from
+            the oldest group, cross a multiple of this (Anthropic's ``clear_at_least`` idea).
+
+    Raises:
+        ConfigError: A negative count or a non-string placeholder.
+
+    Example:
+        >>> from ctxcompact import Message, ToolCall
+        >>> h = [Message.assistant(None, tool_calls=[ToolCall(id="a", name="ls", arguments="{}")]),
+        ...      Message.tool("a", "big output")]
+        >>> ToolResultHiding(preserve_recent_n=0).hide(h)[1].content
+        '<system>历史 tool_call已隐藏</system>'
+    """
+
+    def __init__(
+        self,
+        *,
+        preserve_recent_n: int = 5,
+        placeholder: str = HIDDEN_PLACEHOLDER,
+        batch_turns: int = 0,
+        clear_at_least: int = 0,
+    ) -> None:
+        self.preserve_recent_n = check_int("preserve_recent_n", preserve_recent_n)
+        self.batch_turns = check_int("batch_turns", batch_turns)
+        self.clear_at_least = check_int("clear_at_least", clear_at_least)
+        if not isinstance(placeholder, str) or not placeholder:
+            raise ConfigError(f"must be a non-empty string, got {placeholder!r}", key="placeholder")
+        self.placeholder = placeholder
+
+    def __repr__(self) -> str:
+        return (
+            f"ToolResultHiding(preserve_recent_n={self.preserve_recent_n}, "
+            f"batch_turns={self.batch_turns}, clear_at_least={self.clear_at_least})"
+        )
+
+    async def compact(self, ctx: CompactionContext) -> list[Message] | None:
+        """Hide old tool results of ``ctx.history``; ``None`` when nothing was replaced."""
+        return self.hide(ctx.history, token_counter=ctx.token_counter)
+
+    def hide(
+        self, history: Sequence[Message], *, token_counter: TokenCounter | None = None
+    ) -> list[Message] | None:
+        """The synchronous core of :meth:`compact` (``token_counter`` serves ``clear_at_least``)."""
+        indices = self.hidden_indices(history, token_counter=token_counter)
+        if not indices:
+            return None
+        out = list(history)
+        placeholder = self.placeholder
+        for i in indices:
+            out[i] = with_content(history[i], placeholder)
+        return out
+
+    def hidden_indices(
+        self, history: Sequence[Message], *, token_counter: TokenCounter | None = None
+    ) -> list[int]:
+        """Indices of the tool messages :meth:`hide` would replace, oldest first."""
+        groups = tool_groups(history)
+        boundary = len(groups) - self.preserve_recent_n
+        if boundary <= 0:
+            return []
+        if self.batch_turns or self.clear_at_least:
+            counter = token_counter or HeuristicTokenCounter()
+            boundary = batched_boundary(
+                boundary,
+                batch_turns=self.batch_turns,
+                clear_at_least=self.clear_at_least,
+                unit_tokens=lambda k: sum(
+                    counter.count_message(history[i]) for i in self._to_hide(history, groups[k])
+                ),
+            )
+        out: list[int] = []
+        for group in groups[:boundary]:
+            out.extend(self._to_hide(history, group))
+        return out
+
+    def _to_hide(self, history: Sequence[Message], group: ToolGroup) -> list[int]:
+        placeholder = self.placeholder
+        out = []
+        for i in group.result_indices:
+            content = history[i].content
+            if content == placeholder:
+                continue
+            if (
+                isinstance(content, tuple)
+                and len(content) == 1
+                and isinstance(content[0], TextPart)
+                and content[0].text == placeholder
+            ):
+                continue
+            out.append(i)
+        return out

@@ -1,0 +1,240 @@
+"""Helpers every built-in strategy shares: placeholders, the error heuristic, fast copies,
+parameter checks and the cache-friendly batching of a masking boundary.
+
+Written once here so the strategies agree on what a hidden result and an error look like.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import string
+from collections.abc import Callable, Collection, Mapping
+from functools import lru_cache
+
+from .._messages import Message, TextPart
+from ..exceptions import ConfigError
+
+__all__ = [
+    "HIDDEN_PLACEHOLDER",
+    "SCHEMA1_FIELDS",
+    "SCHEMA1_PLACEHOLDER",
+    "UNKNOWN_TOOL_NAME",
+    "batched_boundary",
+    "call_names",
+    "check_int",
+    "error_reason",
+    "is_error_result",
+    "looks_like_error",
+    "placeholder_pattern",
+    "render_placeholder",
+    "validate_template",
+    "with_content",
+]
+
+HIDDEN_PLACEHOLDER = "<system>历史 tool_call已隐藏</system>"
+"""KLIP-13's placeholder for a hidden tool result (ToolResultHiding's default)."""
+
+SCHEMA1_PLACEHOLDER = (
+    "[Observation masquée: résultat d’outil ancien "
+    "(tool_call_id={tool_call_id}, outil={tool_name}, chars={original_chars})]"
+)
+"""Schema 1's placeholder template, as seed 001 writes it (French, ``d’outil``)."""
+
+SCHEMA1_FIELDS = frozenset({"tool_call_id", "tool_name", "original_chars"})
+"""The fields a Schema 1 placeholder template may use."""
+
+UNKNOWN_TOOL_NAME = "inconnu"
+"""``{tool_name}`` when the call a result answers has no name (seed 001)."""
+
+
+# -- fast copies ------------------------------------------------------------------------------
+
+_set_attr = object.__setattr__
+
+
+def with_content(message: Message, content: str) -> Message:
+    """A copy of ``message`` with string ``content``; everything else (extras too) kept.
+
+    Equivalent to ``message.model_copy(update={"content": content})`` for a string, about three
+    times faster: strategies rewrite thousands of tool results per call, and the value needs no
+    validation (it is a ``str``).
+    """
+    new = object.__new__(type(message))
+    fields = message.__dict__.copy()
+    fields["content"] = content
+    extra = message.__pydantic_extra__
+    _set_attr(new, "__dict__", fields)
+    _set_attr(new, "__pydantic_extra__", dict(extra) if extra else extra)
+    _set_attr(new, "__pydantic_fields_set__", message.__pydantic_fields_set__ | {"content"})
+    _set_attr(new, "__pydantic_private__", message.__pydantic_private__)
+    return new
+
+
+# -- the error heuristic ----------------------------------------------------------------------
+
+# Each pattern is anchored to a line start or to a marker tools really print, so prose that
+# merely mentions "error", "exception" or "timeout" does not count (seed 001 warns of this).
+_ERROR_PATTERNS: tuple[tuple[str, str], ...] = (
+    ("traceback", r"^Traceback \(most recent call last\)"),
+    ("error_line", r"^[ \t]*(?:Error|ERROR|FATAL|fatal)\b[ \t]*:"),
+    ("error_word", r"^ERROR\b"),
+    ("exception_line", r"^[ \t]*(?:[A-Za-z_]\w*\.)*\w*(?:Exception|Error)\b:"),
+    ("connection_refused", r"(?i:connection refused)|ECONNREFUSED|\bconnect_error\b"),
+    ("timeout", r"\btimed out\b|\bTimeoutError\b"),
+    ("exit_code", r"^Exit code [1-9]\d*|<returncode>(?:-\d+|[1-9]\d*)</returncode>"),
+    ("tool_use_error", r"<tool_use_error>"),
+)
+_ERROR_RE = re.compile(
+    "|".join(f"(?P<{name}>{pattern})" for name, pattern in _ERROR_PATTERNS), re.MULTILINE
+)
+_EMPTY: tuple[object, ...] = (None, False, "", 0, [], {})
+
+
+def _json_error(text: str) -> bool:
+    stripped = text.lstrip()
+    if not stripped.startswith(("{", "[")):
+        return False
+    try:
+        value = json.loads(stripped)
+    except ValueError:
+        return False
+    if not isinstance(value, dict):
+        return False
+    # ``"error": null`` is how many APIs say "no error", so an empty value does not count.
+    if "error" in value and value["error"] not in _EMPTY:
+        return True
+    return value.get("status") == "error"
+
+
+def error_reason(text: str) -> str | None:
+    """The name of the first error pattern ``text`` matches, or ``None``.
+
+    Names: ``json_error`` (a JSON object with a non-empty ``error`` or ``"status": "error"``),
+    ``traceback``, ``error_line``, ``error_word``, ``exception_line``, ``connection_refused``,
+    ``timeout``, ``exit_code``, ``tool_use_error``.
+
+    Example:
+        >>> error_reason("Traceback (most recent call last):\\n  ...")
+        'traceback'
+        >>> error_reason("The call raises an exception when the timeout is reached.") is None
+        True
+    """
+    if _json_error(text):
+        return "json_error"
+    match = _ERROR_RE.search(text)
+    return match.lastgroup if match else None
+
+
+def looks_like_error(content: object) -> bool:
+    """Whether tool-result ``content`` looks like an error (seed 001 §6, without false alarms).
+
+    Strings are checked directly; list content (raw dicts or parts) by its text parts.
+    """
+    if isinstance(content, str):
+        return error_reason(content) is not None
+    if isinstance(content, (list, tuple)):
+        texts = []
+        for part in content:
+            if isinstance(part, TextPart):
+                texts.append(part.text)
+            elif isinstance(part, Mapping) and isinstance(part.get("text"), str):
+                texts.append(part["text"])
+        return any(error_reason(t) is not None for t in texts)
+    return False
+
+
+def is_error_result(message: Message) -> bool:
+    """A tool result flagged as an error by its provider, or looking like one."""
+    return message.is_error or looks_like_error(message.content)
+
+
+# -- placeholders -----------------------------------------------------------------------------
+
+
+def validate_template(template: str, allowed: Collection[str], *, key: str) -> None:
+    """Raise :class:`ConfigError` unless ``template`` is a format string over ``allowed``."""
+    try:
+        fields = {f for _, f, _, _ in string.Formatter().parse(template) if f is not None}
+    except ValueError as exc:
+        raise ConfigError(f"invalid placeholder template {template!r}: {exc}", key=key) from None
+    unknown = sorted(f for f in fields if f not in allowed)
+    if unknown:
+        raise ConfigError(
+            f"placeholder template {template!r} uses unknown field(s) {unknown}; "
+            f"allowed: {sorted(allowed)} (write {{{{ and }}}} for literal braces)",
+            key=key,
+        )
+
+
+def render_placeholder(template: str, *, tool_call_id: str, tool_name: str, chars: int) -> str:
+    """``template`` with ``{tool_call_id}``, ``{tool_name}`` and ``{original_chars}`` filled."""
+    return template.format(
+        tool_call_id=tool_call_id, tool_name=tool_name or UNKNOWN_TOOL_NAME, original_chars=chars
+    )
+
+
+@lru_cache(maxsize=32)
+def placeholder_pattern(template: str) -> re.Pattern[str]:
+    """A regex that matches any rendering of ``template``, to leave masked results alone."""
+    out = []
+    for literal, field, _, _ in string.Formatter().parse(template):
+        out.append(re.escape(literal))
+        if field is not None:
+            out.append(r"\d+" if field == "original_chars" else r"[^\n]*?")
+    return re.compile("".join(out), re.DOTALL)
+
+
+# -- groups -----------------------------------------------------------------------------------
+
+
+def call_names(call_message: Message) -> dict[str, str]:
+    """``tool_call_id -> tool name`` for one assistant message (never the whole history)."""
+    return {c.id: c.name for c in call_message.tool_calls or ()}
+
+
+# -- parameters and batching ------------------------------------------------------------------
+
+
+def check_int(name: str, value: int, *, minimum: int = 0) -> int:
+    """``value`` if it is an int ``>= minimum``, else a :class:`ConfigError` naming ``name``."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(f"must be an integer, got {value!r}", key=name)
+    if value < minimum:
+        raise ConfigError(f"must be >= {minimum}, got {value}", key=name)
+    return value
+
+
+def batched_boundary(
+    boundary: int,
+    *,
+    batch_turns: int,
+    clear_at_least: int,
+    unit_tokens: Callable[[int], int],
+) -> int:
+    """Move a masking boundary only in batches, so the prompt prefix changes rarely.
+
+    ``boundary`` is how many units (tool turns or groups), oldest first, may be masked.
+    ``batch_turns = B`` rounds it down to a multiple of B. ``clear_at_least = T`` then moves
+    it back to the last unit at which the cumulative tokens of what would be masked
+    (``unit_tokens(k)`` for unit ``k``, counted from the oldest) cross a multiple of T, so
+    at least T tokens are freed per move. Both depend on the history only.
+
+    Example:
+        >>> batched_boundary(7, batch_turns=3, clear_at_least=0, unit_tokens=lambda k: 1)
+        6
+        >>> batched_boundary(7, batch_turns=0, clear_at_least=250, unit_tokens=lambda k: 100)
+        5
+    """
+    if batch_turns > 0:
+        boundary -= boundary % batch_turns
+    if clear_at_least <= 0 or boundary <= 0:
+        return boundary
+    total = 0
+    allowed = 0
+    for k in range(boundary):
+        before = total // clear_at_least
+        total += unit_tokens(k)
+        if total // clear_at_least > before:
+            allowed = k + 1
+    return allowed
