@@ -1,0 +1,147 @@
+"""HidingThenSummary: tool-result hiding first, an LLM summary when that is not enough.
+
+KLIP-13 §4 runs the summary only when hiding is a no-op, because its trigger counted no tool
+results and so could not tell whether hiding helped. Here the trigger does count them, so by
+default the strategy estimates what hiding saved and, when the history would still be at or
+above the trigger, summarizes the hidden history in the same run instead of waiting a round.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from typing import TYPE_CHECKING, Literal
+
+# LLM is needed at run time, not only for typing: the loader injects by resolved annotation.
+from .._contract import LLM  # noqa: TC001
+from ..exceptions import ConfigError, LLMError, LLMRequiredError
+from ._hiding import ToolResultHiding
+from ._shared import HIDDEN_PLACEHOLDER
+from ._summary import SUMMARY_PROMPT, LLMSummary
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from .._contract import CompactionContext
+    from .._messages import Message
+    from .._tokens import TokenCounter
+
+__all__ = ["HidingThenSummary"]
+
+logger = logging.getLogger(__name__)
+
+Fallback = Literal["estimate", "noop-only"]
+
+
+class HidingThenSummary:
+    """Hide old tool results; summarize with an LLM when hiding does not suffice.
+
+    1. :class:`~ctxcompact.strategies.ToolResultHiding` runs first.
+    2. If it hides nothing, :class:`~ctxcompact.strategies.LLMSummary` runs (KLIP-13 §4).
+    3. With ``fallback="estimate"`` (the default), if ``ctx.token_count`` minus the tokens
+       hiding saved (estimated with ``ctx.token_counter``) plus ``reserved_context_size`` is
+       still at or above ``max_context_size``, the hidden history is summarized in the same
+       run. ``fallback="noop-only"`` is KLIP-13's literal rule: the summary waits for the next
+       trigger, when hiding has become a no-op.
+
+    When the summary of step 3 fails with an :class:`~ctxcompact.exceptions.LLMError`, the
+    hidden history is returned (KLIP-13's outcome; the next trigger tries the summary again)
+    and the error is logged as a warning. Every other failure propagates, so the controller
+    keeps the history: a missing LLM raises :class:`~ctxcompact.exceptions.LLMRequiredError`
+    before anything runs.
+
+    Args:
+        llm: The summarizer (injected by the loader, else ``ctx.llm`` at run time).
+        preserve_recent_n: Tool-call groups whose results hiding keeps.
+        fallback: ``"estimate"`` or ``"noop-only"`` (see above).
+        placeholder: The text that replaces a hidden result.
+        max_preserved_messages: User/assistant messages the summary keeps verbatim.
+        max_summary_tokens: The summarizer's ``max_tokens``.
+        max_input_tokens: Budget of the summarizer's request (see :class:`LLMSummary`).
+        prompt: The summarizer's instructions.
+
+    Example:
+        >>> from ctxcompact.testing import ScriptedLLM
+        >>> strategy = HidingThenSummary(ScriptedLLM("Task: fix the bug."), preserve_recent_n=3)
+    """
+
+    def __init__(
+        self,
+        llm: LLM | None = None,
+        *,
+        preserve_recent_n: int = 5,
+        fallback: Fallback = "estimate",
+        placeholder: str = HIDDEN_PLACEHOLDER,
+        max_preserved_messages: int = 2,
+        max_summary_tokens: int = 4096,
+        max_input_tokens: int | None = None,
+        prompt: str = SUMMARY_PROMPT,
+    ) -> None:
+        if fallback not in ("estimate", "noop-only"):
+            raise ConfigError(
+                f"must be 'estimate' or 'noop-only', got {fallback!r}", key="fallback"
+            )
+        self.fallback: Fallback = fallback
+        self.hiding = ToolResultHiding(preserve_recent_n=preserve_recent_n, placeholder=placeholder)
+        self.summary = LLMSummary(
+            llm,
+            max_preserved_messages=max_preserved_messages,
+            max_summary_tokens=max_summary_tokens,
+            max_input_tokens=max_input_tokens,
+            prompt=prompt,
+        )
+
+    @property
+    def llm(self) -> LLM | None:
+        """The injected summarizer, if any."""
+        return self.summary.llm
+
+    def __repr__(self) -> str:
+        return (
+            f"HidingThenSummary(preserve_recent_n={self.hiding.preserve_recent_n}, "
+            f"fallback={self.fallback!r}, summary={self.summary!r})"
+        )
+
+    async def compact(self, ctx: CompactionContext) -> Sequence[Message] | None:
+        """Hide, then summarize when needed; ``None`` when neither changes anything."""
+        if self.summary.llm is None and ctx.llm is None:
+            # Fail at the first run, not on the first run where hiding happens to be a no-op.
+            raise LLMRequiredError(
+                "HidingThenSummary needs an LLM for its summary: pass one "
+                "(HidingThenSummary(llm)), give the controller or the agent llm=..., or set "
+                "[compaction.llm] in the config"
+            )
+        hidden = self.hiding.hide(ctx.history, token_counter=ctx.token_counter)
+        if hidden is None:
+            return await self.summary.compact(ctx)
+        if self.fallback == "noop-only":
+            return hidden
+        estimate = ctx.token_count - hidden_saving(ctx.history, hidden, ctx.token_counter)
+        if estimate + ctx.reserved_context_size < ctx.max_context_size:
+            return hidden
+        logger.info(
+            "hiding leaves ~%d tokens (+%d reserved >= %d): summarizing the hidden history",
+            estimate,
+            ctx.reserved_context_size,
+            ctx.max_context_size,
+        )
+        hidden_ctx = dataclasses.replace(ctx, history=hidden, token_count=max(0, estimate))
+        try:
+            summarized = await self.summary.compact(hidden_ctx)
+        except LLMError as exc:
+            logger.warning("summary after hiding failed, keeping the hidden history: %s", exc)
+            return hidden
+        return hidden if summarized is None else summarized
+
+
+def hidden_saving(
+    before: Sequence[Message], after: Sequence[Message], counter: TokenCounter
+) -> int:
+    """Estimated tokens saved going from ``before`` to ``after`` (same length, some replaced)."""
+    if len(before) != len(after):
+        return counter.count(before) - counter.count(after)
+    return sum(
+        counter.count_message(old) - counter.count_message(new)
+        for old, new in zip(before, after, strict=True)
+        if old is not new
+    )
