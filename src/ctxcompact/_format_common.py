@@ -1,0 +1,191 @@
+"""Pieces shared by the OpenAI and Anthropic converters.
+
+The converters run on every model call (controller, strategies) and on every proxied request,
+so they build models without validation: the input has been checked field by field here, and
+re-validating it through pydantic would cost several times the conversion itself. ``new_*``
+set the same attributes ``model_construct`` sets (``__dict__``, ``__pydantic_fields_set__``,
+``__pydantic_extra__``, ``__pydantic_private__``); the tests compare the result with
+``model_validate`` on every public trace.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, TypeVar
+
+from pydantic import BaseModel
+
+from ._messages import ANTHROPIC_KEY, ImagePart, Message, RawPart, TextPart, ToolCall
+from .exceptions import FormatError
+
+__all__ = [
+    "ANTHROPIC_KEY",
+    "JSON",
+    "anthropic_image_to_openai",
+    "check_block",
+    "copy_json",
+    "extra_of",
+    "new_message",
+    "new_part",
+    "new_tool_call",
+    "openai_image_to_anthropic",
+    "part_to_dict",
+    "type_name",
+]
+
+JSON = Any
+"""A JSON value as decoded by :mod:`json` (kept as ``Any``: it is recursive and open)."""
+
+_M = TypeVar("_M", bound=BaseModel)
+_set = object.__setattr__
+_new = object.__new__
+
+
+def _build(cls: type[_M], values: dict[str, Any], fields_set: set[str], extra: dict[str, Any]) -> _M:
+    model: _M = _new(cls)
+    _set(model, "__dict__", values)
+    _set(model, "__pydantic_fields_set__", fields_set)
+    _set(model, "__pydantic_extra__", extra)
+    _set(model, "__pydantic_private__", None)
+    return model
+
+
+def new_message(values: dict[str, Any], fields_set: set[str], extra: dict[str, Any]) -> Message:
+    """A :class:`Message` from checked values; ``values`` must hold every declared field."""
+    return _build(Message, values, fields_set, extra)
+
+
+def new_tool_call(
+    values: dict[str, Any], fields_set: set[str], extra: dict[str, Any]
+) -> ToolCall:
+    """A :class:`ToolCall` from checked values (``id``, ``name``, ``arguments``, ``type``)."""
+    return _build(ToolCall, values, fields_set, extra)
+
+
+def new_part(block: Mapping[str, Any], native_image: str) -> TextPart | ImagePart | RawPart:
+    """A part from a content block whose ``type`` (and ``text`` for text) was checked.
+
+    Only images of the format being read (``native_image``: ``image_url`` or ``image``) become
+    :class:`ImagePart`; the other format's image type is kept verbatim as a :class:`RawPart`, so
+    the round trip of that format stays exact.
+    """
+    kind = block["type"]
+    extra = {k: copy_json(v) for k, v in block.items() if k != "type" and k != "text"}
+    fields_set = set(block)
+    if kind == "text":
+        return _build(TextPart, {"type": "text", "text": block["text"]}, fields_set, extra)
+    if "text" in block:
+        extra["text"] = copy_json(block["text"])
+    if kind == native_image:
+        return _build(ImagePart, {"type": kind}, fields_set, extra)
+    return _build(RawPart, {"type": kind}, fields_set, extra)
+
+
+def check_block(block: object, index: int | None, field: str) -> Mapping[str, Any]:
+    """Check that a content block is an object with a string ``type`` (and ``text``)."""
+    if not isinstance(block, Mapping):
+        raise FormatError(
+            f"a content block must be an object with a 'type', got {type_name(block)}",
+            index=index,
+            field=field,
+        )
+    kind = block.get("type")
+    if not isinstance(kind, str):
+        raise FormatError(
+            f"a content block needs a string 'type' (got {type_name(kind)})",
+            index=index,
+            field=f"{field}.type",
+        )
+    if kind == "text" and not isinstance(block.get("text"), str):
+        raise FormatError(
+            f"a text block needs a string 'text' (got {type_name(block.get('text'))})",
+            index=index,
+            field=f"{field}.text",
+        )
+    return block
+
+
+def extra_of(model: BaseModel) -> dict[str, Any]:
+    """The model's extra keys (an empty dict when it has none)."""
+    return model.__pydantic_extra__ or {}
+
+
+def part_to_dict(part: BaseModel) -> dict[str, Any]:
+    """A part as a plain block, in the form it was read (extras copied)."""
+    out: dict[str, Any] = {"type": part.__dict__["type"]}
+    if isinstance(part, TextPart):
+        out["text"] = part.text
+    for key, value in extra_of(part).items():
+        out[key] = copy_json(value)
+    return out
+
+
+def copy_json(value: JSON) -> JSON:
+    """A copy of a JSON value's containers, so callers never share mutable state with a model."""
+    kind = type(value)
+    if kind is str or value is None or kind is int or kind is bool or kind is float:
+        return value
+    if kind is dict or isinstance(value, Mapping):
+        return {k: copy_json(v) for k, v in value.items()}
+    if kind is list or kind is tuple:
+        return [copy_json(v) for v in value]
+    return value
+
+
+def type_name(value: object) -> str:
+    """The JSON-ish name of a value's type, for error messages."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, (int, float)):
+        return "number"
+    if isinstance(value, Mapping):
+        return "object"
+    if isinstance(value, (list, tuple)):
+        return "array"
+    return type(value).__name__
+
+
+def openai_image_to_anthropic(block: dict[str, Any]) -> dict[str, Any]:
+    """``{"type": "image_url", ...}`` as an Anthropic image block (unchanged if it cannot be).
+
+    A ``data:<media type>;base64,<data>`` URL becomes a ``base64`` source, any other URL a
+    ``url`` source. OpenAI's ``detail`` has no Anthropic counterpart and is dropped.
+    """
+    image = block.get("image_url")
+    url = image.get("url") if isinstance(image, Mapping) else image
+    if not isinstance(url, str):
+        return block
+    source: dict[str, Any]
+    if url.startswith("data:"):
+        header, sep, data = url[5:].partition(",")
+        media_type, _, encoding = header.partition(";")
+        if not sep or encoding != "base64":
+            return block
+        source = {"type": "base64", "media_type": media_type, "data": data}
+    else:
+        source = {"type": "url", "url": url}
+    out = {"type": "image", "source": source}
+    out.update((k, v) for k, v in block.items() if k not in ("type", "image_url"))
+    return out
+
+
+def anthropic_image_to_openai(block: dict[str, Any]) -> dict[str, Any]:
+    """``{"type": "image", "source": ...}`` as an OpenAI ``image_url`` block (unchanged if it
+    cannot be: a ``file`` source has no OpenAI counterpart)."""
+    source = block.get("source")
+    if not isinstance(source, Mapping):
+        return block
+    kind = source.get("type")
+    if kind == "base64":
+        url = f"data:{source.get('media_type')};base64,{source.get('data')}"
+    elif kind == "url" and isinstance(source.get("url"), str):
+        url = source["url"]
+    else:
+        return block
+    out: dict[str, Any] = {"type": "image_url", "image_url": {"url": url}}
+    out.update((k, v) for k, v in block.items() if k not in ("type", "source"))
+    return out
