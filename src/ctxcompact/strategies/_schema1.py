@@ -1,0 +1,289 @@
+"""Schema 1 observation masking (seeds 000 and 001), as a strategy and as the seed's function.
+
+Old tool results, counted in *tool turns* (assistant messages with ``tool_calls``), get a short
+French placeholder as content; errors, the newest ``window_turns`` turns, the last K results of
+each tool, orphans and non-string content are left alone. Turns are positional: a result
+belongs to the assistant message right before its run of tool messages, never to another
+message that happens to re-use its id.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, cast
+
+from .._groups import tool_groups
+from .._messages import Message, Role, ToolCall
+from .._tokens import HeuristicTokenCounter, TokenCounter
+from ..exceptions import ConfigError
+from ._shared import (
+    SCHEMA1_FIELDS,
+    SCHEMA1_PLACEHOLDER,
+    UNKNOWN_TOOL_NAME,
+    batched_boundary,
+    call_names,
+    check_int,
+    looks_like_error,
+    placeholder_pattern,
+    render_placeholder,
+    validate_template,
+    with_content,
+)
+
+if TYPE_CHECKING:
+    from .._contract import CompactionContext
+
+__all__ = ["ChatMessage", "MaskPolicy", "Schema1Masking", "mask_old_tool_results"]
+
+ChatMessage = dict[str, object]
+"""One raw OpenAI chat message, as seed 001 types it."""
+
+
+@dataclass(frozen=True)
+class MaskPolicy:
+    """Seed 001's policy, with the seed's defaults (``enabled`` is off, as in its TOML).
+
+    Attributes:
+        enabled: Off means :func:`mask_old_tool_results` returns its input list itself.
+        window_turns: How many of the newest tool turns keep their results (``<= 0``: off).
+        keep_errors: Leave results that look like errors (see the README's list) unmasked.
+        keep_last_k_per_tool: Keep the last K results of each tool name even outside the
+            window (``None`` or 0: off).
+        placeholder_template: Uses ``{tool_call_id}``, ``{tool_name}``, ``{original_chars}``.
+        batch_turns: Not in the seed: move the boundary by multiples of this many turns.
+        clear_at_least: Not in the seed: move the boundary only when it frees this many tokens.
+
+    Example:
+        >>> MaskPolicy(enabled=True, window_turns=2).keep_errors
+        True
+    """
+
+    enabled: bool = False
+    window_turns: int = 8
+    keep_errors: bool = True
+    keep_last_k_per_tool: int | None = None
+    placeholder_template: str = SCHEMA1_PLACEHOLDER
+    batch_turns: int = 0
+    clear_at_least: int = 0
+
+
+def _mask_plan(
+    history: Sequence[Message],
+    policy: MaskPolicy,
+    *,
+    flagged: Callable[[int], bool],
+    count: Callable[[Message], int],
+) -> list[tuple[int, str]]:
+    """``(index, placeholder)`` for every tool result to mask, oldest first."""
+    groups = tool_groups(history)
+    boundary = len(groups) - policy.window_turns
+    if boundary <= 0:
+        return []
+    template = policy.placeholder_template
+    masked_already = placeholder_pattern(template).fullmatch
+    names = [call_names(history[g.call_index]) for g in groups]
+
+    keep: set[int] = set()
+    k = policy.keep_last_k_per_tool or 0
+    if k > 0:
+        seen: dict[str, int] = {}
+        for g_index in range(len(groups) - 1, -1, -1):
+            for i in reversed(groups[g_index].result_indices):
+                name = names[g_index].get(history[i].tool_call_id or "") or UNKNOWN_TOOL_NAME
+                n = seen.get(name, 0)
+                if n < k:
+                    keep.add(i)
+                    seen[name] = n + 1
+
+    def maskable(g_index: int) -> list[tuple[int, str]]:
+        out = []
+        for i in groups[g_index].result_indices:
+            msg = history[i]
+            content = msg.content
+            call_id = msg.tool_call_id
+            if i in keep or not call_id or not isinstance(content, str):
+                continue
+            if masked_already(content):
+                continue
+            if policy.keep_errors and (flagged(i) or looks_like_error(content)):
+                continue
+            name = names[g_index].get(call_id) or UNKNOWN_TOOL_NAME
+            text = render_placeholder(
+                template, tool_call_id=call_id, tool_name=name, chars=len(content)
+            )
+            out.append((i, text))
+        return out
+
+    if policy.batch_turns > 0 or policy.clear_at_least > 0:
+        boundary = batched_boundary(
+            boundary,
+            batch_turns=policy.batch_turns,
+            clear_at_least=policy.clear_at_least,
+            unit_tokens=lambda g: sum(count(history[i]) for i, _ in maskable(g)),
+        )
+    plan: list[tuple[int, str]] = []
+    for g_index in range(boundary):
+        plan.extend(maskable(g_index))
+    return plan
+
+
+def _skeleton(raw: object) -> Message:
+    """The structure of one raw dict as a :class:`Message`, without validation (fast)."""
+    if not isinstance(raw, Mapping):
+        # Not a message at all: an opaque entry that ends any run of tool results.
+        return Message.model_construct(role="user")
+    calls = raw.get("tool_calls")
+    tool_calls: tuple[ToolCall, ...] | None = None
+    if isinstance(calls, list):
+        built = []
+        for tc in calls:
+            if isinstance(tc, Mapping) and isinstance(tc.get("id"), str):
+                fn = tc.get("function")
+                name = fn.get("name") if isinstance(fn, Mapping) else None
+                built.append(
+                    ToolCall.model_construct(
+                        id=tc["id"], name=name if isinstance(name, str) else "", arguments=""
+                    )
+                )
+        tool_calls = tuple(built) or None
+    content = raw.get("content")
+    call_id = raw.get("tool_call_id")
+    return Message.model_construct(
+        role=cast("Role", raw.get("role")),
+        # List content is kept as an opaque, non-string value: Schema 1 never masks it.
+        content=content if isinstance(content, str) or content is None else (),
+        tool_calls=tool_calls,
+        tool_call_id=call_id if isinstance(call_id, str) else None,
+    )
+
+
+def mask_old_tool_results(messages: list[ChatMessage], policy: MaskPolicy) -> list[ChatMessage]:
+    """Seed 001's function: mask old tool results in a list of raw OpenAI message dicts.
+
+    Disabled (or ``window_turns <= 0``), it returns ``messages`` itself. Otherwise a new list
+    holding the same dict objects, except masked tool messages, which are new dicts with only
+    ``content`` changed. The input list and its dicts are never modified.
+
+    Example:
+        >>> def turn(i):
+        ...     fn = {"name": "ls", "arguments": "{}"}
+        ...     return {"role": "assistant", "content": None,
+        ...             "tool_calls": [{"id": i, "type": "function", "function": fn}]}
+        >>> msgs = [turn("c1"), {"role": "tool", "tool_call_id": "c1", "content": "a.py b.py"},
+        ...         turn("c2"), {"role": "tool", "tool_call_id": "c2", "content": "c.py"}]
+        >>> mask_old_tool_results(msgs, MaskPolicy(enabled=True, window_turns=1))[1]["content"]
+        '[Observation masquée: résultat d’outil ancien (tool_call_id=c1, outil=ls, chars=9)]'
+    """
+    if not policy.enabled or policy.window_turns <= 0:
+        return messages
+    skeleton = [_skeleton(m) for m in messages]
+    counter = HeuristicTokenCounter()
+
+    def flagged(i: int) -> bool:
+        raw = messages[i]
+        return isinstance(raw, Mapping) and raw.get("is_error") is True
+
+    plan = _mask_plan(skeleton, policy, flagged=flagged, count=counter.count_message)
+    out = list(messages)
+    for i, text in plan:
+        out[i] = {**messages[i], "content": text}
+    return out
+
+
+class Schema1Masking:
+    """Schema 1 observation masking as a strategy (enabled by default: choosing it enables it).
+
+    Old tool results outside the newest ``window_turns`` tool turns get a short placeholder
+    (``{tool_call_id}``, ``{tool_name}``, ``{original_chars}``). Kept whole: results of the
+    window, results that look like errors (``keep_errors``), the last ``keep_last_k_per_tool``
+    results of each tool, orphan results, non-string (list) content and results already
+    masked. Only ``content`` changes; a second run on the output returns ``None``.
+
+    Args:
+        enabled: ``False`` makes :meth:`compact` return ``None`` (a rollback switch).
+        window_turns: Newest tool turns (assistant messages with calls) left untouched.
+        keep_errors: Keep results that look like errors unmasked.
+        keep_last_k_per_tool: Keep the last K results of each tool name (0: off).
+        placeholder_template: Format string over the three fields above.
+        batch_turns: When > 0, move the masked boundary by multiples of this many turns.
+        clear_at_least: When > 0, move it only where it frees a further multiple of this many
+            tokens (counted from the oldest turn), so the cached prompt prefix stays put.
+
+    Raises:
+        ConfigError: A negative count or a template with unknown fields.
+
+    Example:
+        >>> strategy = Schema1Masking(window_turns=4, keep_last_k_per_tool=1)
+        >>> strategy.policy.window_turns
+        4
+    """
+
+    def __init__(
+        self,
+        *,
+        enabled: bool = True,
+        window_turns: int = 8,
+        keep_errors: bool = True,
+        keep_last_k_per_tool: int = 0,
+        placeholder_template: str = SCHEMA1_PLACEHOLDER,
+        batch_turns: int = 0,
+        clear_at_least: int = 0,
+    ) -> None:
+        if not isinstance(placeholder_template, str):
+            raise ConfigError(
+                f"must be a string, got {placeholder_template!r}", key="placeholder_template"
+            )
+        validate_template(placeholder_template, SCHEMA1_FIELDS, key="placeholder_template")
+        self.policy = MaskPolicy(
+            enabled=bool(enabled),
+            window_turns=check_int("window_turns", window_turns),
+            keep_errors=bool(keep_errors),
+            keep_last_k_per_tool=check_int("keep_last_k_per_tool", keep_last_k_per_tool or 0),
+            placeholder_template=placeholder_template,
+            batch_turns=check_int("batch_turns", batch_turns),
+            clear_at_least=check_int("clear_at_least", clear_at_least),
+        )
+
+    @classmethod
+    def from_policy(cls, policy: MaskPolicy) -> Schema1Masking:
+        """The strategy for a seed :class:`MaskPolicy` (``enabled`` included)."""
+        return cls(
+            enabled=policy.enabled,
+            window_turns=max(policy.window_turns, 0),
+            keep_errors=policy.keep_errors,
+            keep_last_k_per_tool=policy.keep_last_k_per_tool or 0,
+            placeholder_template=policy.placeholder_template,
+            batch_turns=policy.batch_turns,
+            clear_at_least=policy.clear_at_least,
+        )
+
+    def __repr__(self) -> str:
+        p = self.policy
+        return (
+            f"Schema1Masking(enabled={p.enabled}, window_turns={p.window_turns}, "
+            f"keep_errors={p.keep_errors}, keep_last_k_per_tool={p.keep_last_k_per_tool}, "
+            f"batch_turns={p.batch_turns}, clear_at_least={p.clear_at_least})"
+        )
+
+    async def compact(self, ctx: CompactionContext) -> list[Message] | None:
+        """Mask old tool results of ``ctx.history``; ``None`` when nothing was masked."""
+        return self.mask(ctx.history, token_counter=ctx.token_counter)
+
+    def mask(
+        self, history: Sequence[Message], *, token_counter: TokenCounter | None = None
+    ) -> list[Message] | None:
+        """The synchronous core of :meth:`compact`."""
+        policy = self.policy
+        if not policy.enabled or policy.window_turns <= 0:
+            return None
+        counter = token_counter or HeuristicTokenCounter()
+        plan = _mask_plan(
+            history, policy, flagged=lambda i: history[i].is_error, count=counter.count_message
+        )
+        if not plan:
+            return None
+        out = list(history)
+        for i, text in plan:
+            out[i] = with_content(history[i], text)
+        return out
