@@ -41,7 +41,9 @@ _set = object.__setattr__
 _new = object.__new__
 
 
-def _build(cls: type[_M], values: dict[str, Any], fields_set: set[str], extra: dict[str, Any]) -> _M:
+def _build(
+    cls: type[_M], values: dict[str, Any], fields_set: set[str], extra: dict[str, Any]
+) -> _M:
     model: _M = _new(cls)
     _set(model, "__dict__", values)
     _set(model, "__pydantic_fields_set__", fields_set)
@@ -55,9 +57,7 @@ def new_message(values: dict[str, Any], fields_set: set[str], extra: dict[str, A
     return _build(Message, values, fields_set, extra)
 
 
-def new_tool_call(
-    values: dict[str, Any], fields_set: set[str], extra: dict[str, Any]
-) -> ToolCall:
+def new_tool_call(values: dict[str, Any], fields_set: set[str], extra: dict[str, Any]) -> ToolCall:
     """A :class:`ToolCall` from checked values (``id``, ``name``, ``arguments``, ``type``)."""
     return _build(ToolCall, values, fields_set, extra)
 

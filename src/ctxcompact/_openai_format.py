@@ -70,9 +70,7 @@ def from_openai(messages: Sequence[Mapping[str, Any]]) -> list[Message]:
         >>> history[0].text
         'hi'
     """
-    if isinstance(messages, (str, bytes, bytearray, Mapping)) or not isinstance(
-        messages, Sequence
-    ):
+    if isinstance(messages, (str, bytes, bytearray, Mapping)) or not isinstance(messages, Sequence):
         raise FormatError(
             f"expected a list of message objects, got {type_name(messages)}; "
             "pass the request's 'messages' list"
