@@ -1,0 +1,201 @@
+"""SupersededReadMasking: hide tool results that a later call of the same tool made stale."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping  # noqa: TC003 - the loader resolves __init__ hints
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+# Runtime imports (not under TYPE_CHECKING): ctxcompact's loader reads the ``__init__``
+# annotations to inject dependencies, so ``TokenCounter`` must resolve in this module.
+from ctxcompact import (
+    CompactionContext,
+    HeuristicTokenCounter,
+    Message,
+    TokenCounter,
+    tool_groups,
+)
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+__all__ = ["DEFAULT_PLACEHOLDER", "DEFAULT_TOOLS", "SupersededReadMasking"]
+
+DEFAULT_TOOLS: Mapping[str, str] = {
+    "read_file": "path",
+    "Read": "file_path",
+    "view_file": "path",
+}
+"""Tool name -> the argument that says what was read (common agents' file readers)."""
+
+DEFAULT_PLACEHOLDER = (
+    "[superseded: this {tool} result for {key}={value} was replaced by a later {tool} call "
+    "with the same {key}; see the newer result]"
+)
+"""Replacement text; ``{tool}``, ``{key}`` and ``{value}`` are filled in."""
+
+_ERROR_TEXT = re.compile(
+    r"^\s*(error\b|<tool_use_error>|exit code [1-9])|Traceback \(most recent call last\)",
+    re.IGNORECASE,
+)
+
+
+def _looks_like_error(message: Message) -> bool:
+    return message.is_error or bool(_ERROR_TEXT.search(message.text[:2000]))
+
+
+@dataclass(frozen=True, slots=True)
+class _Read:
+    group: int
+    tool: str
+    key: str
+    value: str  # canonical JSON of the key argument
+    others: Mapping[str, Any]  # the call's other arguments
+    results: tuple[int, ...]  # indices of its result messages
+    failed: bool
+
+
+class SupersededReadMasking:
+    """Masks an older tool result when a later call of the same tool reads the same thing.
+
+    An agent that reads ``a.py``, edits it and reads it again carries two copies of the file;
+    the older one is stale. This strategy replaces the older result's content with a short
+    placeholder, keeping its ``tool_call_id`` (tool calls stay paired, order is kept, the
+    input is never mutated). A later call supersedes an earlier one when it is in a later
+    tool-call turn, has the same tool name and key argument, succeeded, and its other
+    arguments are either the same as the earlier call's or absent (a full read covers a
+    partial one; a partial read covers only the same part).
+
+    Error results are kept (the model may need to know what failed), and a result is only
+    superseded by a later result that is not an error.
+
+    Cache awareness, as for ctxcompact's built-in maskers: with ``batch_turns=N`` only calls
+    in the first ``N * k`` tool-call turns can supersede, so the rewritten prefix changes once
+    every ``N`` turns instead of at every call; with ``clear_at_least=T`` nothing is rewritten
+    until at least ``T`` tokens can be cleared. Both are computed from the history alone, so
+    the strategy is stateless.
+
+    Args:
+        counter: Counts the tokens cleared (injected by ctxcompact's loader by annotation).
+        tools: Tool name -> key argument name. Defaults to :data:`DEFAULT_TOOLS`.
+        placeholder: The replacement text (``{tool}``, ``{key}``, ``{value}`` filled in).
+        keep_errors: Never mask a result that looks like an error.
+        batch_turns: Move the superseding horizon in steps of this many tool-call turns.
+        clear_at_least: Do nothing unless at least this many tokens would be cleared.
+
+    Example:
+        >>> s = SupersededReadMasking(tools={"read_file": "path"})
+        >>> sorted(s.tools)
+        ['read_file']
+    """
+
+    def __init__(
+        self,
+        counter: TokenCounter = HeuristicTokenCounter(),  # noqa: B008 - stateless default
+        *,
+        tools: Mapping[str, str] | None = None,
+        placeholder: str = DEFAULT_PLACEHOLDER,
+        keep_errors: bool = True,
+        batch_turns: int = 0,
+        clear_at_least: int = 0,
+    ) -> None:
+        if batch_turns < 0 or clear_at_least < 0:
+            raise ValueError("batch_turns and clear_at_least must be >= 0")
+        self.counter = counter
+        self.tools: dict[str, str] = dict(DEFAULT_TOOLS if tools is None else tools)
+        for name, key in self.tools.items():
+            if not isinstance(name, str) or not isinstance(key, str) or not key:
+                raise ValueError(f"tools must map tool names to argument names, got {name!r}")
+        try:
+            placeholder.format(tool="t", key="k", value="v")
+        except (KeyError, IndexError, ValueError) as exc:
+            raise ValueError(
+                f"placeholder may only use {{tool}}, {{key}} and {{value}}: {exc!r}"
+            ) from exc
+        self.placeholder = placeholder
+        self.keep_errors = keep_errors
+        self.batch_turns = batch_turns
+        self.clear_at_least = clear_at_least
+
+    def _reads(self, history: Sequence[Message]) -> tuple[list[_Read], int]:
+        groups = tool_groups(history)
+        reads: list[_Read] = []
+        for gi, group in enumerate(groups):
+            by_id: dict[str, list[int]] = {}
+            for ri in group.result_indices:
+                by_id.setdefault(history[ri].tool_call_id or "", []).append(ri)
+            for call in history[group.call_index].tool_calls or ():
+                key = self.tools.get(call.name)
+                if key is None:
+                    continue
+                try:
+                    args = json.loads(call.arguments)
+                except (TypeError, ValueError):
+                    continue  # unparsable arguments: cannot tell what was read, keep it
+                if not isinstance(args, dict) or key not in args:
+                    continue
+                results = tuple(by_id.get(call.id, ()))
+                reads.append(
+                    _Read(
+                        group=gi,
+                        tool=call.name,
+                        key=key,
+                        value=json.dumps(args[key], sort_keys=True, ensure_ascii=False),
+                        others={k: v for k, v in args.items() if k != key},
+                        results=results,
+                        failed=any(_looks_like_error(history[i]) for i in results),
+                    )
+                )
+        horizon = len(groups)
+        if self.batch_turns:
+            horizon = len(groups) // self.batch_turns * self.batch_turns
+        return reads, horizon
+
+    def superseded(self, history: Sequence[Message]) -> dict[int, str]:
+        """Index of each result to mask -> its placeholder text."""
+        reads, horizon = self._reads(history)
+        # Walk from the newest call back, remembering the successful later calls per key.
+        later: dict[tuple[str, str], list[tuple[int, Mapping[str, Any]]]] = {}
+        masks: dict[int, str] = {}
+        for read in reversed(reads):
+            slot = (read.tool, read.value)
+            covering = any(
+                group > read.group and (not others or others == read.others)
+                for group, others in later.get(slot, ())
+            )
+            if covering and not (self.keep_errors and read.failed):
+                text = self.placeholder.format(
+                    tool=read.tool, key=read.key, value=read.value.strip('"')
+                )
+                for index in read.results:
+                    if history[index].text != text or not isinstance(history[index].content, str):
+                        masks[index] = text
+            if read.results and not read.failed and read.group < horizon:
+                later.setdefault(slot, []).append((read.group, read.others))
+        return masks
+
+    async def compact(self, ctx: CompactionContext) -> Sequence[Message] | None:
+        """The history with superseded results masked, or ``None`` when there are none."""
+        history = ctx.history
+        masks = self.superseded(history)
+        if not masks:
+            return None
+        out = list(history)
+        cleared = 0
+        for index, text in masks.items():
+            new = history[index].replace(content=text)
+            saved = self.counter.count_message(history[index]) - self.counter.count_message(new)
+            if saved > 0:  # a result shorter than the placeholder is cheaper kept as it is
+                cleared += saved
+                out[index] = new
+        if cleared == 0 or cleared < self.clear_at_least:
+            return None
+        return out
+
+    def __repr__(self) -> str:
+        return (
+            f"SupersededReadMasking(tools={self.tools!r}, batch_turns={self.batch_turns}, "
+            f"clear_at_least={self.clear_at_least})"
+        )
