@@ -1,0 +1,96 @@
+"""Pipeline: strategies run in order, each on the previous one's output."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from ..exceptions import ConfigError
+
+if TYPE_CHECKING:
+    from .._contract import CompactionContext, CompactionStrategy
+    from .._messages import Message
+
+__all__ = ["Pipeline"]
+
+Step = str | Mapping[str, Any]
+"""A step named in TOML: a strategy spec, or ``{strategy = spec, params = {...}}``."""
+
+
+class Pipeline:
+    """Run strategies in order, each on the previous output; ``None`` if all were no-ops.
+
+    Each step gets a context whose ``history`` is the current one and whose ``token_count``
+    is re-counted (with the context's token counter) once a step has changed it.
+
+    Args:
+        *strategies: Strategy objects, in order (Python).
+        steps: Strategies named as in TOML, resolved with :func:`ctxcompact.load_strategy`
+            after the positional ones: each a spec string (``"tool-result-truncation"``,
+            ``"pkg.mod:Class"``) or a table ``{strategy = "...", params = {...}}``.
+
+    Raises:
+        ConfigError: A step that is neither a string nor a table with a ``strategy`` key.
+        StrategyLoadError: A step spec that cannot be loaded.
+
+    Example:
+        >>> from ctxcompact.strategies import ToolResultHiding, ToolResultTruncation
+        >>> Pipeline(ToolResultTruncation(), ToolResultHiding(preserve_recent_n=3))
+        Pipeline(ToolResultTruncation(max_chars=50000, head_chars=2000, tail_chars=2000), \
+ToolResultHiding(preserve_recent_n=3, batch_turns=0, clear_at_least=0))
+
+        In TOML::
+
+            [compaction]
+            strategy = "pipeline"
+            [compaction.params]
+            steps = ["tool-result-truncation",
+                     {strategy = "tool-result-hiding", params = {preserve_recent_n = 3}}]
+    """
+
+    def __init__(self, *strategies: CompactionStrategy, steps: Sequence[Step] = ()) -> None:
+        resolved = list(strategies)
+        if isinstance(steps, (str, Mapping)):
+            raise ConfigError("must be a list of steps", key="steps")
+        for k, step in enumerate(steps):
+            resolved.append(_load_step(step, k))
+        self.strategies: tuple[CompactionStrategy, ...] = tuple(resolved)
+
+    def __repr__(self) -> str:
+        return f"Pipeline({', '.join(repr(s) for s in self.strategies)})"
+
+    async def compact(self, ctx: CompactionContext) -> Sequence[Message] | None:
+        """Run every step; the last output, or ``None`` when no step changed anything."""
+        history: Sequence[Message] = ctx.history
+        current = ctx
+        changed = False
+        for strategy in self.strategies:
+            out = await strategy.compact(current)
+            if out is None:
+                continue
+            history = out
+            changed = True
+            current = dataclasses.replace(
+                ctx, history=out, token_count=ctx.token_counter.count(out)
+            )
+        return history if changed else None
+
+
+def _load_step(step: Step, k: int) -> CompactionStrategy:
+    from .._loader import load_strategy
+
+    if isinstance(step, str):
+        return load_strategy(step)
+    if isinstance(step, Mapping) and isinstance(step.get("strategy"), str):
+        unknown = sorted(set(step) - {"strategy", "params"})
+        if unknown:
+            raise ConfigError(f"unknown key(s) {unknown} in a step", key=f"steps[{k}]")
+        params = step.get("params") or {}
+        if not isinstance(params, Mapping):
+            raise ConfigError("params must be a table", key=f"steps[{k}].params")
+        return load_strategy(step["strategy"], params=params)
+    raise ConfigError(
+        f'a step is a strategy spec or {{strategy = "...", params = {{...}}}}, got {step!r}',
+        key=f"steps[{k}]",
+    )
