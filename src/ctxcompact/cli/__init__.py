@@ -1,0 +1,160 @@
+"""The ``ctxcompact`` command line: apply, replay, validate, strategies.
+
+``ctxcompact replay`` with no file replays a demo conversation that ships with the package,
+so the first command works on a fresh machine without an API key. Exit codes: 0 success,
+1 the command found a problem (invalid history, failed compaction), 2 bad usage or input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import TYPE_CHECKING
+
+from ..exceptions import CtxCompactError
+from ._io import FORMATS, CliError
+from ._setup import DEFAULT_MAX_CONTEXT_SIZE, DEFAULT_RESERVED, DEFAULT_STRATEGY
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+__all__ = ["build_parser", "main"]
+
+
+def _add_input(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--format",
+        choices=FORMATS,
+        help="input format (default: detected: JSON list = openai, one object per line = "
+        "jsonl, a body with 'system' or Anthropic blocks = anthropic)",
+    )
+
+
+def _add_strategy(parser: argparse.ArgumentParser, *, default_note: str) -> None:
+    parser.add_argument(
+        "--strategy",
+        metavar="SPEC",
+        help=f"entry-point name or module:Class ({default_note})",
+    )
+    parser.add_argument(
+        "--config",
+        metavar="FILE",
+        help="a ctxcompact TOML config: strategy, limits, params, LLM, transforms",
+    )
+    parser.add_argument(
+        "--param",
+        action="append",
+        metavar="KEY=VALUE",
+        help="a strategy parameter; VALUE is parsed as a TOML/JSON literal, else a string "
+        "(repeatable)",
+    )
+    parser.add_argument(
+        "--max-context-size",
+        type=int,
+        metavar="N",
+        help=f"context window in tokens (default: the config's, else {DEFAULT_MAX_CONTEXT_SIZE:,})",
+    )
+    parser.add_argument(
+        "--reserved",
+        type=int,
+        metavar="N",
+        help=f"tokens kept free; compaction fires when tokens + N >= the window (default: "
+        f"the config's, else {DEFAULT_RESERVED:,})",
+    )
+    parser.add_argument(
+        "--token-counter",
+        choices=("heuristic", "tiktoken"),
+        help="how tokens are counted (default: the config's, else heuristic)",
+    )
+    parser.add_argument("--json", action="store_true", help="print a JSON report")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of ``ctxcompact`` (exposed for documentation and tests)."""
+    from .. import __version__
+
+    parser = argparse.ArgumentParser(
+        prog="ctxcompact",
+        description="Compact LLM conversation histories; replay recordings to see what "
+        "strategies save and cost.",
+    )
+    parser.add_argument("--version", action="version", version=f"ctxcompact {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    apply = commands.add_parser(
+        "apply",
+        help="compact a conversation once and report what changed",
+        description="Run the strategy once (forced) and the per-request transforms, then "
+        "report Schema 1's benchmark fields. -o writes the result in the input's format.",
+    )
+    apply.add_argument("file", metavar="FILE")
+    _add_input(apply)
+    _add_strategy(apply, default_note="required unless --config names one")
+    apply.add_argument(
+        "-o", "--output", metavar="OUT", help="write the compacted conversation ('-': stdout)"
+    )
+    apply.set_defaults(run="apply")
+
+    replay = commands.add_parser(
+        "replay",
+        help="replay conversations call by call: tokens and cache-adjusted cost",
+        description="Every assistant message is a model call whose input is the history "
+        "before it after compaction and transforms. Reports calls, compactions, input and "
+        "peak tokens, cache-adjusted cost and cache breaks against no compaction. With no "
+        "FILE, replays the built-in demo.",
+    )
+    replay.add_argument("files", nargs="*", metavar="FILE")
+    _add_input(replay)
+    _add_strategy(replay, default_note=f"default: {DEFAULT_STRATEGY}")
+    replay.add_argument(
+        "--cached-price",
+        type=float,
+        default=0.1,
+        metavar="P",
+        help="price of a cached input token relative to an uncached one (default: 0.1)",
+    )
+    replay.add_argument("--plot", metavar="OUT.png", help="draw context tokens per call")
+    replay.add_argument("--no-progress", action="store_true", help="no progress bar")
+    replay.set_defaults(run="replay")
+
+    validate = commands.add_parser(
+        "validate",
+        help="check histories for broken tool-call structure",
+        description="Report check_history problems; exit 1 when any file has one.",
+    )
+    validate.add_argument("files", nargs="+", metavar="FILE")
+    _add_input(validate)
+    validate.add_argument("--json", action="store_true", help="print a JSON report")
+    validate.set_defaults(run="validate")
+
+    strategies = commands.add_parser(
+        "strategies",
+        help="list built-in and installed strategies with their parameters",
+    )
+    strategies.add_argument("--json", action="store_true", help="print a JSON report")
+    strategies.set_defaults(run="strategies")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; returns the exit code (the console script exits with it)."""
+    from ._commands import run_apply, run_replay, run_strategies, run_validate
+
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as exc:  # --help, --version, or a usage error argparse reported
+        return exc.code if isinstance(exc.code, int) else 2
+    commands = {
+        "apply": run_apply,
+        "replay": run_replay,
+        "validate": run_validate,
+        "strategies": run_strategies,
+    }
+    try:
+        return commands[args.run](args)
+    except (CliError, CtxCompactError) as exc:
+        sys.stderr.write(f"ctxcompact: error: {exc}\n")
+        return 2
+    except KeyboardInterrupt:
+        sys.stderr.write("ctxcompact: interrupted\n")
+        return 130

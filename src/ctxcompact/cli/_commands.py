@@ -1,0 +1,314 @@
+"""The four commands: ``apply``, ``replay``, ``validate``, ``strategies``.
+
+Each takes the parsed arguments and returns the process exit code: 0 success, 1 the command
+ran and found something wrong (invalid histories, a compaction that failed), 2 bad usage or
+unreadable input.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from typing import TYPE_CHECKING, Any
+
+from ._io import CliError, Conversation, load_demo, read_conversation
+from ._replay import FileReplay, replay_file
+from ._report import ReplaySettings, dumps, plot_replays, replay_json, replay_text
+from ._setup import DEFAULT_STRATEGY, Setup, build_setup
+
+if TYPE_CHECKING:
+    import argparse
+    from collections.abc import Sequence
+
+    from .._controller import CompactionEvent
+    from .._messages import Message
+
+__all__ = ["run_apply", "run_replay", "run_strategies", "run_validate"]
+
+_FAILED = ("failed", "rejected", "circuit_open")
+
+
+def _out(text: str) -> None:
+    sys.stdout.write(text + "\n")
+
+
+def _err(text: str) -> None:
+    sys.stderr.write(text + "\n")
+
+
+def _read_all(paths: Sequence[str], fmt: Any) -> list[Conversation]:
+    return [read_conversation(path, fmt=fmt) for path in paths]
+
+
+def _raise_if_llm_missing(event: CompactionEvent | None) -> None:
+    """A strategy that needs an LLM ran without one: stop, never report a fake result."""
+    if event is not None and event.status == "failed" and "LLMRequiredError" in (event.error or ""):
+        raise CliError(
+            f"strategy {event.strategy} needs an LLM and none is configured: add a "
+            f"[compaction.llm] table to a config file and pass --config FILE ({event.error})"
+        )
+
+
+# -- apply ---------------------------------------------------------------------------------
+
+
+def run_apply(args: argparse.Namespace) -> int:
+    conversation = read_conversation(args.file, fmt=args.format)
+    setup = build_setup(args, default_strategy=None)
+    return asyncio.run(_apply(args, conversation, setup))
+
+
+async def _apply(args: argparse.Namespace, conversation: Conversation, setup: Setup) -> int:
+    from ._io import write_conversation
+
+    history = conversation.messages
+    controller = setup.make_controller()
+    compacted = list(await controller.maybe_compact(history, force=True))
+    event = controller.last_event
+    _raise_if_llm_missing(event)
+    result = await controller.prepare_request(compacted)
+    failed = event is not None and event.status in _FAILED
+    report = _apply_report(conversation, setup, history, result, event)
+    if args.output:
+        write_conversation(conversation, result, args.output)
+    # With "-o -" the conversation owns standard output; the report goes to standard error.
+    emit = _err if args.output == "-" else _out
+    if args.json:
+        emit(dumps(report))
+    else:
+        emit(_apply_text(report))
+    if failed:
+        _err(f"ctxcompact: compaction {event.status}: {event.error}")  # type: ignore[union-attr]
+        return 1
+    return 0
+
+
+def _apply_report(
+    conversation: Conversation,
+    setup: Setup,
+    before: Sequence[Message],
+    after: Sequence[Message],
+    event: CompactionEvent | None,
+) -> dict[str, Any]:
+    counter = setup.counter
+    return {
+        "schema": "ctxcompact.apply/1",
+        "file": conversation.name,
+        "format": conversation.format,
+        "strategy": setup.label,
+        "status": event.status if event is not None else "noop",
+        "error": event.error if event is not None else None,
+        "messages_before": len(before),
+        "messages_after": len(after),
+        "masked_tool_results": masked_tool_results(before, after),
+        "tool_chars_before": _tool_chars(before),
+        "tool_chars_after": _tool_chars(after),
+        "tokens_before": counter.count(before),
+        "tokens_after": counter.count(after),
+    }
+
+
+def masked_tool_results(before: Sequence[Message], after: Sequence[Message]) -> int:
+    """Tool messages of ``after`` whose content differs from the same message in ``before``.
+
+    Messages are matched in order (strategies never reorder) by role and ``tool_call_id``, so
+    dropped messages are skipped rather than miscounted.
+    """
+    masked = 0
+    j = 0
+    for message in after:
+        if message.role != "tool":
+            continue
+        while j < len(before) and not (
+            before[j].role == "tool" and before[j].tool_call_id == message.tool_call_id
+        ):
+            j += 1
+        if j == len(before):
+            break
+        masked += before[j].content != message.content
+        j += 1
+    return masked
+
+
+def _tool_chars(history: Sequence[Message]) -> int:
+    return sum(len(m.text) for m in history if m.role == "tool")
+
+
+def _apply_text(report: dict[str, Any]) -> str:
+    return "\n".join(
+        [
+            f"{report['file']} ({report['format']}) with {report['strategy']}: {report['status']}",
+            f"  messages          {report['messages_before']:>10,} -> {report['messages_after']:,}",
+            f"  masked tool results {report['masked_tool_results']:>8,}",
+            f"  tool chars        {report['tool_chars_before']:>10,} -> "
+            f"{report['tool_chars_after']:,}",
+            f"  tokens            {report['tokens_before']:>10,} -> {report['tokens_after']:,}",
+        ]
+    )
+
+
+# -- replay --------------------------------------------------------------------------------
+
+
+def run_replay(args: argparse.Namespace) -> int:
+    if not 0.0 <= args.cached_price <= 1.0:
+        raise CliError(f"--cached-price must be between 0 and 1, got {args.cached_price}")
+    conversations = _read_all(args.files, args.format) if args.files else [load_demo()]
+    setup = build_setup(args, default_strategy=DEFAULT_STRATEGY)
+    replays = asyncio.run(_replay_all(args, conversations, setup))
+    settings = ReplaySettings(
+        strategy=setup.label,
+        max_context_size=setup.max_context_size,
+        reserved_context_size=setup.reserved_context_size,
+        cached_price=args.cached_price,
+        token_counter=setup.counter_name,
+    )
+    if args.plot:
+        plot_replays(settings, replays, args.plot)
+    if args.json:
+        _out(dumps(replay_json(settings, replays)))
+    else:
+        _out(replay_text(settings, replays))
+        if args.plot:
+            _out(f"\nplot written to {args.plot}")
+    return 0
+
+
+async def _replay_all(
+    args: argparse.Namespace, conversations: Sequence[Conversation], setup: Setup
+) -> list[FileReplay]:
+    from tqdm import tqdm
+
+    replays: list[FileReplay] = []
+    bar = tqdm(
+        conversations,
+        desc="replaying",
+        unit="file",
+        file=sys.stderr,
+        disable=len(conversations) < 2 or args.no_progress,
+        leave=False,
+    )
+    for conversation in bar:
+        warned: list[str] = []
+
+        def on_failure(error: str, name: str = conversation.name, seen: list[str] = warned) -> None:
+            if "LLMRequiredError" in error:
+                raise CliError(
+                    f"{name}: strategy {setup.label} needs an LLM and none is configured: add "
+                    f"a [compaction.llm] table to a config file and pass --config FILE ({error})"
+                )
+            if error not in seen:  # one line per distinct error, not one per call
+                seen.append(error)
+                bar.write(f"{name}: compaction failed: {error}", file=sys.stderr)
+
+        replays.append(
+            await replay_file(
+                conversation.name,
+                conversation.messages,
+                setup.make_controller,
+                counter=setup.counter,
+                cached_price=args.cached_price,
+                llm=setup.llm,
+                on_failure=on_failure,
+            )
+        )
+    bar.close()
+    return replays
+
+
+# -- validate ------------------------------------------------------------------------------
+
+
+def run_validate(args: argparse.Namespace) -> int:
+    from .._validate import check_history
+
+    files: list[dict[str, Any]] = []
+    unreadable = 0
+    for path in args.files:
+        try:
+            conversation = read_conversation(path, fmt=args.format)
+        except CliError as exc:
+            unreadable += 1
+            _err(f"ctxcompact: error: {exc}")
+            files.append({"file": path, "error": str(exc), "valid": False, "problems": []})
+            continue
+        problems = check_history(conversation.messages)
+        files.append(
+            {
+                "file": path,
+                "error": None,
+                "format": conversation.format,
+                "messages": len(conversation.messages),
+                "valid": not problems,
+                "problems": [
+                    {"index": p.index, "kind": p.kind, "message": p.message} for p in problems
+                ],
+            }
+        )
+        if not args.json:
+            verdict = "ok" if not problems else f"{len(problems)} problem(s)"
+            _out(f"{path}: {len(conversation.messages)} messages, {verdict}")
+            for problem in problems:
+                _out(f"  {problem}")
+    if args.json:
+        valid = all(item["valid"] for item in files)
+        _out(dumps({"schema": "ctxcompact.validate/1", "valid": valid, "files": files}))
+    if unreadable:
+        return 2
+    return 0 if all(item["valid"] for item in files) else 1
+
+
+# -- strategies ----------------------------------------------------------------------------
+
+
+def run_strategies(args: argparse.Namespace) -> int:
+    from .._loader import list_strategies
+
+    infos = list_strategies()
+    if args.json:
+        document = {
+            "schema": "ctxcompact.strategies/1",
+            "strategies": [
+                {
+                    "name": info.name,
+                    "target": info.target,
+                    "summary": info.summary,
+                    "error": info.error,
+                    "dependencies": [_param_json(p) for p in info.dependencies],
+                    "params": [_param_json(p) for p in info.params],
+                }
+                for info in infos
+            ],
+        }
+        _out(dumps(document))
+        return 0
+    for info in infos:
+        _out(f"{info.name}  ({info.target})")
+        if info.summary:
+            _out(f"    {info.summary}")
+        if info.error:
+            _out(f"    cannot be loaded: {info.error}")
+        for dep in info.dependencies:
+            _out(f"    [injected] {dep.name}: {dep.annotation}")
+        for param in info.params:
+            default = "required" if param.required else f"= {param.default!r}"
+            _out(f"    {param.name}: {param.annotation} {default}")
+        _out("")
+    return 0
+
+
+def _param_json(param: Any) -> dict[str, Any]:
+    import json
+
+    default = param.default
+    if not param.required:
+        try:
+            json.dumps(default)
+        except (TypeError, ValueError):
+            default = repr(default)
+    return {
+        "name": param.name,
+        "annotation": param.annotation,
+        "required": param.required,
+        "default": None if param.required else default,
+    }

@@ -1,0 +1,314 @@
+"""Offline replay of a recorded conversation, call by call, with a cache-adjusted cost model.
+
+Every assistant message of a recording is one model call. Its input is the history before it,
+after the controller's triggered compaction (which replaces the stored history from then on)
+and its per-request transforms. The engine measures that input with a token counter and bills
+it the way prompt caching does: the part shared with the previous call's input, counted in
+whole messages from the start, costs ``cached_price``; the rest costs 1 per token.
+
+The benchmark (``benchmarks/bench_replay.py``) and ``ctxcompact replay`` both use it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from typing import TYPE_CHECKING
+
+from .._messages import Message
+
+__all__ = [
+    "CacheMeter",
+    "CallCost",
+    "FileReplay",
+    "MemoCounter",
+    "MeteredLLM",
+    "ReplayStats",
+    "replay",
+    "replay_file",
+]
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable, Sequence
+
+    from .._contract import LLM, Completion, ToolSpec
+    from .._controller import CompactionController
+    from .._tokens import TokenCounter
+
+
+class MemoCounter:
+    """A token counter that remembers the count of each message object it has seen.
+
+    Replays count the same (immutable) messages at every call; remembering them by identity
+    makes a replay linear in the messages counted rather than in their text. The messages
+    are kept alive by the memo so an id is never re-used while it is in there.
+
+    Example:
+        >>> from ctxcompact import HeuristicTokenCounter
+        >>> counter = MemoCounter(HeuristicTokenCounter())
+        >>> counter.count([Message.user("hello world")])
+        7
+    """
+
+    def __init__(self, inner: TokenCounter) -> None:
+        self.inner = inner
+        self._memo: dict[int, tuple[Message, int]] = {}
+        # What the counter charges for a list beyond its messages (reply priming, if any).
+        self._base = inner.count(())
+
+    def count_message(self, message: Message) -> int:
+        hit = self._memo.get(id(message))
+        if hit is not None and hit[0] is message:
+            return hit[1]
+        tokens = self.inner.count_message(message)
+        self._memo[id(message)] = (message, tokens)
+        return tokens
+
+    def count(self, messages: Iterable[Message]) -> int:
+        return self._base + sum(self.count_message(m) for m in messages)
+
+    def clear(self) -> None:
+        """Forget every remembered message (between files, to bound memory)."""
+        self._memo.clear()
+
+
+@dataclass(frozen=True, slots=True)
+class CallCost:
+    """How one model call is billed.
+
+    Attributes:
+        input_tokens: Tokens of the whole input.
+        cached_tokens: Tokens of the prefix shared with the previous call's input.
+        cost: ``cached_tokens * cached_price + (input_tokens - cached_tokens)``.
+        cache_break: The shared prefix is shorter than the previous input: something the
+            provider had cached was changed or removed.
+    """
+
+    input_tokens: int
+    cached_tokens: int
+    cost: float
+    cache_break: bool
+
+
+class CacheMeter:
+    """Bills a sequence of model inputs the way a provider's prompt cache does.
+
+    The shared prefix is measured in whole messages (a message counts as cached only if it and
+    every message before it are equal to the previous input's), then converted to tokens.
+
+    Example:
+        >>> from ctxcompact import HeuristicTokenCounter
+        >>> meter = CacheMeter(HeuristicTokenCounter(), cached_price=0.1)
+        >>> a, b = Message.user("aaaaaaa"), Message.user("bbbbbbb")   # 4 + 2 tokens each
+        >>> meter.bill([a]).cost, meter.bill([a, b]).cost
+        (6.0, 6.6)
+    """
+
+    def __init__(self, counter: TokenCounter, *, cached_price: float = 0.1) -> None:
+        if not 0.0 <= cached_price <= 1.0:
+            raise ValueError(f"cached_price must be between 0 and 1, got {cached_price}")
+        self.counter = counter
+        self.cached_price = cached_price
+        self._previous: list[Message] | None = None
+
+    def bill(self, request: Sequence[Message]) -> CallCost:
+        """Bill one call whose input is ``request`` and remember it for the next call."""
+        previous = self._previous
+        shared = 0
+        if previous is not None:
+            limit = min(len(previous), len(request))
+            while shared < limit and (
+                previous[shared] is request[shared] or previous[shared] == request[shared]
+            ):
+                shared += 1
+        total = self.counter.count(request)
+        cached = min(total, sum(self.counter.count_message(m) for m in request[:shared]))
+        self._previous = list(request)
+        return CallCost(
+            input_tokens=total,
+            cached_tokens=cached,
+            cost=cached * self.cached_price + (total - cached),
+            cache_break=previous is not None and shared < len(previous),
+        )
+
+
+class MeteredLLM:
+    """Wraps the summarizer LLM to count its calls and tokens during a replay.
+
+    Tokens are the provider's reported input plus output; when a call reports no usage, they
+    are estimated with ``counter`` (the prompt and the answer).
+    """
+
+    def __init__(self, inner: LLM, counter: TokenCounter) -> None:
+        self.inner = inner
+        self.counter = counter
+        self.calls = 0
+        self.tokens = 0
+
+    async def complete(
+        self,
+        messages: Sequence[Message],
+        *,
+        system: str | None = None,
+        tools: Sequence[ToolSpec] | None = None,
+        max_tokens: int | None = None,
+    ) -> Completion:
+        completion = await self.inner.complete(
+            messages, system=system, tools=tools, max_tokens=max_tokens
+        )
+        self.calls += 1
+        usage = completion.usage
+        if usage is not None and usage.input_tokens + usage.output_tokens > 0:
+            self.tokens += usage.input_tokens + usage.output_tokens
+        else:
+            prompt = [Message.system(system), *messages] if system else list(messages)
+            self.tokens += self.counter.count(prompt)
+            self.tokens += self.counter.count_message(completion.message)
+        return completion
+
+
+@dataclass(slots=True)
+class ReplayStats:
+    """What one replay (or a sum of replays) cost.
+
+    Attributes:
+        calls: Model calls replayed (assistant messages).
+        compactions: Triggered compactions that replaced the stored history.
+        failed_compactions: Compaction attempts the controller reported as failed, rejected or
+            blocked by its circuit breaker (the history was kept).
+        input_tokens: Input tokens summed over every call (what is billed without caching).
+        peak_context_tokens: The largest single input.
+        cost: Cache-adjusted cost in token units (1 per uncached token).
+        cache_breaks: Calls whose input shares less than the whole previous input.
+        summarizer_calls: Calls made to the summarizer LLM.
+        summarizer_tokens: Tokens (input + output) those calls used.
+        context_tokens: The input tokens of each call, in order (for plots).
+    """
+
+    calls: int = 0
+    compactions: int = 0
+    failed_compactions: int = 0
+    input_tokens: int = 0
+    peak_context_tokens: int = 0
+    cost: float = 0.0
+    cache_breaks: int = 0
+    summarizer_calls: int = 0
+    summarizer_tokens: int = 0
+    context_tokens: list[int] = field(default_factory=list)
+
+    def add_call(self, bill: CallCost) -> None:
+        self.calls += 1
+        self.input_tokens += bill.input_tokens
+        self.peak_context_tokens = max(self.peak_context_tokens, bill.input_tokens)
+        self.cost += bill.cost
+        self.cache_breaks += bill.cache_break
+        self.context_tokens.append(bill.input_tokens)
+
+    def __add__(self, other: ReplayStats) -> ReplayStats:
+        total = ReplayStats()
+        for f in fields(self):
+            if f.name == "peak_context_tokens":
+                value: object = max(self.peak_context_tokens, other.peak_context_tokens)
+            elif f.name == "context_tokens":
+                value = [*self.context_tokens, *other.context_tokens]
+            else:
+                value = getattr(self, f.name) + getattr(other, f.name)
+            setattr(total, f.name, value)
+        return total
+
+
+_FAILED = frozenset({"failed", "rejected", "circuit_open"})
+
+
+async def replay(
+    conversation: Sequence[Message],
+    controller: CompactionController | None,
+    *,
+    counter: TokenCounter,
+    cached_price: float = 0.1,
+    llm: MeteredLLM | None = None,
+    on_failure: Callable[[str], None] | None = None,
+) -> ReplayStats:
+    """Replay ``conversation`` through ``controller`` (``None``: no compaction).
+
+    Args:
+        conversation: The recorded messages, in order.
+        controller: The controller deciding and running compaction; use a fresh one per
+            conversation (its loop guards keep state).
+        counter: Measures each call's input. Give the controller the same counter.
+        cached_price: Price of a cached token relative to an uncached one.
+        llm: The metered summarizer the controller was given, to report its calls.
+        on_failure: Called with the controller's error text for each failed compaction.
+
+    Returns:
+        The replay's statistics.
+    """
+    stats = ReplayStats()
+    meter = CacheMeter(counter, cached_price=cached_price)
+    llm_calls, llm_tokens = (llm.calls, llm.tokens) if llm is not None else (0, 0)
+    history: list[Message] = []
+    last_event = controller.last_event if controller is not None else None
+    for message in conversation:
+        if message.role == "assistant":
+            request: Sequence[Message] = history
+            if controller is not None:
+                compacted = await controller.maybe_compact(history)
+                if compacted is not history:
+                    stats.compactions += 1
+                    history = list(compacted)
+                event = controller.last_event
+                if event is not None and event is not last_event:
+                    last_event = event
+                    if event.status in _FAILED:
+                        stats.failed_compactions += 1
+                        if on_failure is not None:
+                            on_failure(event.error or event.status)
+                request = await controller.prepare_request(history)
+            stats.add_call(meter.bill(request))
+        history.append(message)
+    if llm is not None:
+        stats.summarizer_calls = llm.calls - llm_calls
+        stats.summarizer_tokens = llm.tokens - llm_tokens
+    return stats
+
+
+@dataclass(frozen=True, slots=True)
+class FileReplay:
+    """One conversation replayed with compaction and without.
+
+    Attributes:
+        name: The file (or ``demo``) the conversation came from.
+        messages: Messages in the recording.
+        compacted: The replay through the controller.
+        baseline: The replay with no compaction at all.
+    """
+
+    name: str
+    messages: int
+    compacted: ReplayStats
+    baseline: ReplayStats
+
+
+async def replay_file(
+    name: str,
+    conversation: Sequence[Message],
+    make_controller: Callable[[], CompactionController],
+    *,
+    counter: MemoCounter,
+    cached_price: float = 0.1,
+    llm: MeteredLLM | None = None,
+    on_failure: Callable[[str], None] | None = None,
+) -> FileReplay:
+    """Replay one conversation with a fresh controller and with no compaction."""
+    try:
+        baseline = await replay(conversation, None, counter=counter, cached_price=cached_price)
+        compacted = await replay(
+            conversation,
+            make_controller(),
+            counter=counter,
+            cached_price=cached_price,
+            llm=llm,
+            on_failure=on_failure,
+        )
+    finally:
+        counter.clear()
+    return FileReplay(name, len(conversation), compacted, baseline)
