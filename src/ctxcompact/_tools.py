@@ -173,7 +173,14 @@ class Tool:
             raise UserError(f"tool {self.name!r}: cannot read the signature: {exc}") from exc
         try:
             hints = get_type_hints(function, include_extras=True)
-        except Exception as exc:  # NameError etc. from unresolvable string annotations
+        except NameError:
+            # A type defined inside a function, under ``from __future__ import annotations``:
+            # look it up where the tool is being built, as pydantic does for its models.
+            try:
+                hints = get_type_hints(function, localns=_caller_locals(), include_extras=True)
+            except Exception as exc:
+                raise UserError(f"tool {self.name!r}: cannot resolve annotations: {exc}") from exc
+        except Exception as exc:
             raise UserError(f"tool {self.name!r}: cannot resolve annotations: {exc}") from exc
         fields: dict[str, Any] = {}
         positional: list[str] = []
@@ -265,6 +272,21 @@ class Tool:
 
     def __repr__(self) -> str:
         return f"Tool(name={self.name!r})"
+
+
+def _caller_locals(depth: int = 8) -> dict[str, Any]:
+    """The local names of the frames that called into this module (nearest wins)."""
+    names: dict[str, Any] = {}
+    frame = inspect.currentframe()
+    while frame is not None and frame.f_globals.get("__name__") == __name__:
+        frame = frame.f_back
+    for _ in range(depth):
+        if frame is None:
+            break
+        for key, value in frame.f_locals.items():
+            names.setdefault(key, value)
+        frame = frame.f_back
+    return names
 
 
 def _to_text(value: object) -> str:
