@@ -129,7 +129,7 @@ class ContextGuard:
         # The newest unit always stays, even when it alone is over budget.
         while total > budget and dropped < len(units) - 1:
             start, end = units[dropped]
-            unit_tokens = sum(tokens[start:end])
+            unit_tokens = sum(tokens[k] for k in range(start, end) if work[k].role not in _PINNED)
             total -= unit_tokens
             dropped_tokens += unit_tokens
             dropped += 1
@@ -188,6 +188,7 @@ class ContextGuard:
 def _units(history: Sequence[Message]) -> list[tuple[int, int]]:
     """``(start, end)`` of each droppable unit, oldest first (system messages are not units)."""
     units: list[tuple[int, int]] = []
+    last_call_unit = -1
     n = len(history)
     i = 0
     while i < n:
@@ -199,6 +200,15 @@ def _units(history: Sequence[Message]) -> list[tuple[int, int]]:
         if message.role == "assistant" and message.tool_calls:
             while end < n and history[end].role == "tool":
                 end += 1
+            last_call_unit = len(units)
+        elif message.role == "tool" and units:
+            # A result cut off from its call's run (an orphan, or a result separated from its
+            # call in invalid input) joins everything back to the last tool-call unit, so
+            # dropping never leaves a result without the call it may answer.
+            keep = last_call_unit if last_call_unit >= 0 else len(units) - 1
+            units[keep:] = [(units[keep][0], end)]
+            i = end
+            continue
         units.append((i, end))
         i = end
     return units
