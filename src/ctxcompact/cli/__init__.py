@@ -155,6 +155,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (CliError, CtxCompactError) as exc:
         sys.stderr.write(f"ctxcompact: error: {exc}\n")
         return 2
+    except BrokenPipeError:
+        # The reader went away (`ctxcompact strategies | head`): not an error worth a trace.
+        import os
+
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 1
     except KeyboardInterrupt:
         sys.stderr.write("ctxcompact: interrupted\n")
         return 130

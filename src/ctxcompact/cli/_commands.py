@@ -291,10 +291,14 @@ def run_strategies(args: argparse.Namespace) -> int:
         for dep in info.dependencies:
             _out(f"    [injected] {dep.name}: {dep.annotation}")
         for param in info.params:
-            default = "required" if param.required else f"= {param.default!r}"
+            default = "required" if param.required else f"= {_short(repr(param.default))}"
             _out(f"    {param.name}: {param.annotation} {default}")
         _out("")
     return 0
+
+
+def _short(text: str, limit: int = 72) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _param_json(param: Any) -> dict[str, Any]:

@@ -1,0 +1,141 @@
+"""Input detection, precise errors and writing back in the input's format (in process)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from ctxcompact import check_history, to_openai
+from ctxcompact.cli._io import (
+    CliError,
+    load_demo,
+    parse_conversation,
+    read_conversation,
+    write_conversation,
+)
+from ctxcompact.cli._setup import parse_params
+from tests.traces import load_trace, trace_paths
+
+TAU = "taubench-gpt4o-airline__task3_trial0"
+
+ANTHROPIC_BODY = {
+    "model": "claude-x",
+    "max_tokens": 100,
+    "system": "be brief",
+    "messages": [
+        {"role": "user", "content": "list files"},
+        {
+            "role": "assistant",
+            "content": [{"type": "tool_use", "id": "tu1", "name": "ls", "input": {}}],
+        },
+        {
+            "role": "user",
+            "content": [{"type": "tool_result", "tool_use_id": "tu1", "content": "a.py"}],
+        },
+    ],
+}
+
+
+def test_a_json_list_is_openai_and_round_trips(tmp_path: Path) -> None:
+    path = trace_paths()[0]
+    conversation = read_conversation(path)
+    assert conversation.format == "openai"
+    assert to_openai(conversation.messages) == json.loads(path.read_text("utf-8"))
+
+
+def test_json_lines_are_detected_and_written_back_as_lines(tmp_path: Path) -> None:
+    raw = load_trace(TAU)
+    src = tmp_path / "t.jsonl"
+    src.write_text("\n".join(json.dumps(m) for m in raw) + "\n", encoding="utf-8")
+    conversation = read_conversation(src)
+    assert conversation.format == "jsonl"
+    assert len(conversation.messages) == len(raw)
+    out = tmp_path / "out.jsonl"
+    write_conversation(conversation, conversation.messages, str(out))
+    lines = out.read_text("utf-8").splitlines()
+    assert [json.loads(line) for line in lines] == raw
+
+
+def test_an_anthropic_body_is_detected_and_keeps_its_envelope(tmp_path: Path) -> None:
+    conversation = parse_conversation("body.json", json.dumps(ANTHROPIC_BODY))
+    assert conversation.format == "anthropic"
+    assert [m.role for m in conversation.messages] == ["system", "user", "assistant", "tool"]
+    assert check_history(conversation.messages) == []
+    out = tmp_path / "out.json"
+    write_conversation(conversation, conversation.messages, str(out))
+    assert json.loads(out.read_text("utf-8")) == ANTHROPIC_BODY
+
+
+def test_an_openai_request_body_is_openai() -> None:
+    body = {"model": "gpt-x", "messages": load_trace(TAU)[:3]}
+    conversation = parse_conversation("b.json", json.dumps(body))
+    assert conversation.format == "openai"
+    assert conversation.envelope is not None
+    assert conversation.envelope["model"] == "gpt-x"
+
+
+def test_format_can_be_forced() -> None:
+    text = json.dumps([{"role": "user", "content": "hi"}])
+    assert parse_conversation("x", text, fmt="anthropic").format == "anthropic"
+    with pytest.raises(CliError, match=r"x: message 0 \(line 1\): invalid JSON"):
+        parse_conversation("x", "[{", fmt="jsonl")
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ('[{"role": "user", "content": "a"},\n {"role": "user", "content": }]', "message 1: "),
+        ('[{"role": "user", "content": "a"} {"role": "user"}]', "after message 0"),
+        ('{"role": "user", "content": "a"}\n{"role": "user", "content"\n', r"message 1 \(line 2\)"),
+        ("", "empty file"),
+        ('{"model": "x"}', "expected a JSON list of messages"),
+        ('"just a string"', "got a string"),
+        ('{"messages": {"role": "user"}}', '"messages" must be a list'),
+        ('[{"role": "user", "content": "a"}, {"role": "robot", "content": "b"}]', "message 1"),
+        ('[{"role": "user", "content": "a"}, 3]', "message 1"),
+    ],
+)
+def test_errors_name_the_file_and_the_message(text: str, expected: str) -> None:
+    with pytest.raises(CliError, match=expected) as info:
+        parse_conversation("conv.json", text)
+    assert str(info.value).startswith("conv.json: ")
+
+
+def test_unreadable_files_are_clear_errors(tmp_path: Path) -> None:
+    with pytest.raises(CliError, match="no such file"):
+        read_conversation(tmp_path / "missing.json")
+    with pytest.raises(CliError, match="is a directory"):
+        read_conversation(tmp_path)
+    binary = tmp_path / "b.json"
+    binary.write_bytes(b"\xff\xfe[")
+    with pytest.raises(CliError, match="not UTF-8"):
+        read_conversation(binary)
+
+
+def test_the_demo_is_a_valid_coding_session_with_errors_and_parallel_calls() -> None:
+    demo = load_demo()
+    messages = demo.messages
+    assert 30 <= len(messages) <= 60
+    assert check_history(messages) == []
+    assert any(len(m.tool_calls or ()) > 1 for m in messages)  # parallel calls
+    tool_texts = [m.text for m in messages if m.role == "tool"]
+    assert any("Traceback" in t or t.startswith("Error:") for t in tool_texts)
+    assert max(len(t) for t in tool_texts) > 5_000  # big tool outputs
+
+
+def test_params_are_toml_or_json_literals_else_strings() -> None:
+    params = parse_params(
+        ["n=3", "ratio=0.5", "on=true", "names=['a', 'b']", "obj={\"k\": 1}", "text=hello world"]
+    )
+    assert params == {
+        "n": 3,
+        "ratio": 0.5,
+        "on": True,
+        "names": ["a", "b"],
+        "obj": {"k": 1},
+        "text": "hello world",
+    }
+    with pytest.raises(CliError, match="key=value"):
+        parse_params(["novalue"])

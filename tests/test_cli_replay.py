@@ -1,0 +1,139 @@
+"""The replay engine and its cache-adjusted cost model, on tiny hand-computed cases.
+
+Token counts come from ``CharCounter`` (one token per character of text, no overhead), so
+every expected number below is derived by hand in the comments.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import pytest
+
+from ctxcompact import Message, ToolCall
+from ctxcompact.cli._replay import CacheMeter, MemoCounter, ReplayStats, replay
+
+
+class CharCounter:
+    """One token per character of text; counts how often it is asked about a message."""
+
+    def __init__(self) -> None:
+        self.asked = 0
+
+    def count(self, messages: Iterable[Message]) -> int:
+        return sum(self.count_message(m) for m in messages)
+
+    def count_message(self, message: Message) -> int:
+        self.asked += 1
+        return len(message.text)
+
+
+def user(n: int, ch: str = "a") -> Message:
+    return Message.user(ch * n)
+
+
+def test_append_only_inputs_bill_the_previous_input_at_the_cached_price() -> None:
+    a, b, c = user(10, "a"), user(20, "b"), user(30, "c")
+    meter = CacheMeter(CharCounter(), cached_price=0.1)
+    first = meter.bill([a])  # nothing cached: 10 tokens at 1 -> 10
+    second = meter.bill([a, b])  # a cached: 10 * 0.1 + 20 -> 21
+    third = meter.bill([a, b, c])  # a, b cached: 30 * 0.1 + 30 -> 33
+    assert (first.input_tokens, first.cached_tokens, first.cost) == (10, 0, 10.0)
+    assert (second.input_tokens, second.cached_tokens) == (30, 10)
+    assert second.cost == pytest.approx(21.0)
+    assert (third.input_tokens, third.cached_tokens) == (60, 30)
+    assert third.cost == pytest.approx(33.0)
+    assert not any(bill.cache_break for bill in (first, second, third))
+
+
+def test_rewriting_an_early_message_rebills_everything_after_it() -> None:
+    a, b, c = user(10, "a"), user(20, "b"), user(30, "c")
+    masked_b = user(5, "m")
+    meter = CacheMeter(CharCounter(), cached_price=0.1)
+    meter.bill([a, b])
+    # Only a (10 tokens) is still a shared prefix: 10 * 0.1 + (5 + 30) -> 36, and a break,
+    # because 1 shared message < 2 in the previous input.
+    bill = meter.bill([a, masked_b, c])
+    assert (bill.input_tokens, bill.cached_tokens, bill.cache_break) == (45, 10, True)
+    assert bill.cost == pytest.approx(36.0)
+
+
+def test_equal_but_not_identical_messages_count_as_cached() -> None:
+    meter = CacheMeter(CharCounter(), cached_price=0.5)
+    meter.bill([user(8, "x")])
+    # A new object with the same content is the same prompt prefix: 8 * 0.5 + 4 -> 8
+    bill = meter.bill([user(8, "x"), user(4, "y")])
+    assert (bill.cached_tokens, bill.cost, bill.cache_break) == (8, 8.0, False)
+
+
+def test_a_shorter_input_is_a_cache_break_even_if_it_is_a_prefix() -> None:
+    a, b, c = user(1), user(2, "b"), user(3, "c")
+    meter = CacheMeter(CharCounter(), cached_price=0.1)
+    meter.bill([a, b, c])
+    bill = meter.bill([a, b])  # shared 2 < 3 previous messages; 3 * 0.1 -> 0.3
+    assert bill.cache_break
+    assert bill.cost == pytest.approx(0.3)
+
+
+def test_cached_price_bounds() -> None:
+    a, b = user(10), user(20, "b")
+    free = CacheMeter(CharCounter(), cached_price=0.0)
+    free.bill([a])
+    assert free.bill([a, b]).cost == 20.0  # cached part free: 0 + 20
+    full = CacheMeter(CharCounter(), cached_price=1.0)
+    full.bill([a])
+    assert full.bill([a, b]).cost == 30.0  # no discount: 10 + 20
+    with pytest.raises(ValueError, match="cached_price"):
+        CacheMeter(CharCounter(), cached_price=1.5)
+
+
+def test_empty_first_input_costs_nothing_and_breaks_nothing() -> None:
+    meter = CacheMeter(CharCounter())
+    bill = meter.bill([])
+    assert (bill.input_tokens, bill.cost, bill.cache_break) == (0, 0.0, False)
+    assert not meter.bill([user(3)]).cache_break  # 0 shared == 0 previous messages
+
+
+def test_memo_counter_counts_each_message_object_once() -> None:
+    inner = CharCounter()
+    counter = MemoCounter(inner)
+    a, b = user(10), user(20)
+    assert counter.count([a, b]) == 30
+    assert counter.count([a, b, a]) == 40
+    assert inner.asked == 2  # a and b, once each (plus none for the base count of [])
+    counter.clear()
+    assert counter.count([a]) == 10
+    assert inner.asked == 3
+
+
+def _conversation() -> list[Message]:
+    call = ToolCall(id="c1", name="ls", arguments="{}")
+    return [
+        Message.system("s" * 10),  # 10
+        Message.user("u" * 20),  # 20
+        Message.assistant(None, tool_calls=[call]),  # 0 (text only is counted)
+        Message.tool("c1", "t" * 100),  # 100
+        Message.assistant("a" * 5),  # 5
+        Message.user("v" * 7),  # 7
+        Message.assistant("b" * 3),  # 3
+    ]
+
+
+async def test_replay_without_compaction_bills_each_assistant_message_as_a_call() -> None:
+    stats = await replay(_conversation(), None, counter=CharCounter(), cached_price=0.1)
+    # Call inputs: [s,u] = 30; [s,u,a1,t] = 130; [s,u,a1,t,a2,v] = 142.
+    assert stats.context_tokens == [30, 130, 142]
+    assert (stats.calls, stats.input_tokens, stats.peak_context_tokens) == (3, 302, 142)
+    # Cost: 30 + (30 * 0.1 + 100) + (130 * 0.1 + 12) = 30 + 103 + 25 = 158.
+    assert stats.cost == pytest.approx(158.0)
+    assert (stats.cache_breaks, stats.compactions, stats.summarizer_calls) == (0, 0, 0)
+
+
+def test_stats_add_up_and_keep_the_peak() -> None:
+    one = ReplayStats(calls=2, input_tokens=10, peak_context_tokens=7, cost=3.5)
+    one.context_tokens.extend([3, 7])
+    two = ReplayStats(calls=1, input_tokens=5, peak_context_tokens=5, cost=1.0, cache_breaks=1)
+    two.context_tokens.append(5)
+    total = one + two
+    assert (total.calls, total.input_tokens, total.peak_context_tokens) == (3, 15, 7)
+    assert (total.cost, total.cache_breaks, total.context_tokens) == (4.5, 1, [3, 7, 5])
