@@ -1,0 +1,167 @@
+"""HidingThenSummary: hiding enough, hiding a no-op, hiding not enough, KLIP-13's literal rule."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+import pytest
+
+from ctxcompact._contract import CompactionContext
+from ctxcompact._messages import Message
+from ctxcompact._tokens import HeuristicTokenCounter
+from ctxcompact._validate import check_history
+from ctxcompact.exceptions import ConfigError, LLMRequiredError, ServerError
+from ctxcompact.strategies import HidingThenSummary, ToolResultHiding
+from ctxcompact.strategies._shared import HIDDEN_PLACEHOLDER
+from ctxcompact.strategies._summary import SUMMARY_PREFIX
+from ctxcompact.testing import ScriptedLLM
+from tests.gen import assistant, call, system, tool, user
+
+COUNTER = HeuristicTokenCounter()
+RESERVED = 1_000
+
+
+def history_with_groups(
+    n_groups: int, *, result_chars: int = 7_000, chat_chars: int = 10
+) -> list[Message]:
+    """``n_groups`` tool-call groups with big results, each after a user turn."""
+    out = [system("agent")]
+    for k in range(n_groups):
+        out.append(user(f"step {k} " + "u" * chat_chars))
+        out.append(assistant(None, call(f"c{k}", "cat", f'{{"n": {k}}}')))
+        out.append(tool(f"c{k}", f"RESULT-{k} " + "r" * result_chars))
+        out.append(assistant(f"done {k}"))
+    return out
+
+
+def ctx_over_by(
+    history: Sequence[Message], over: int, llm: ScriptedLLM | None
+) -> CompactionContext:
+    """A context whose trigger fired: ``token_count + reserved`` exceeds the window by ``over``."""
+    tokens = COUNTER.count(history)
+    return CompactionContext(
+        history=history,
+        token_count=tokens,
+        max_context_size=tokens + RESERVED - over,
+        reserved_context_size=RESERVED,
+        llm=llm,
+    )
+
+
+def hiding_saving(history: Sequence[Message]) -> int:
+    hidden = ToolResultHiding().hide(history)
+    assert hidden is not None
+    return COUNTER.count(history) - COUNTER.count(hidden)
+
+
+async def test_hiding_enough_returns_the_hidden_history_without_calling_the_llm() -> None:
+    history = history_with_groups(7)
+    saving = hiding_saving(history)  # two groups hidden: ~4,000 tokens
+    llm = ScriptedLLM()
+    out = await HidingThenSummary(llm).compact(ctx_over_by(history, saving // 2, llm))
+    assert out == ToolResultHiding().hide(history)
+    assert llm.requests == []
+    assert out is not None
+    assert check_history(out) == []
+
+
+async def test_hiding_a_noop_falls_back_to_the_summary() -> None:
+    history = history_with_groups(3)  # fewer groups than preserve_recent_n: nothing to hide
+    llm = ScriptedLLM("summary of the work")
+    out = await HidingThenSummary(llm).compact(ctx_over_by(history, 100, llm))
+    assert out is not None
+    assert len(llm.requests) == 1
+    assert out[0] is history[0]
+    assert out[1].text == SUMMARY_PREFIX + "summary of the work"
+    assert out[2:] == history[-3:]
+    assert "RESULT-0" in llm.requests[0].messages[0].text  # nothing hidden before the summary
+
+
+async def test_hiding_not_enough_summarizes_the_hidden_history_in_the_same_run() -> None:
+    history = history_with_groups(7)
+    saving = hiding_saving(history)
+    llm = ScriptedLLM("summary after hiding")
+    out = await HidingThenSummary(llm).compact(ctx_over_by(history, saving + 500, llm))
+    assert out is not None
+    assert out[1].text == SUMMARY_PREFIX + "summary after hiding"
+    assert out[2:] == history[-3:]
+    (request,) = llm.requests
+    text = request.messages[0].text
+    # The summarizer read the hidden history: old results are placeholders, recent ones not.
+    assert "RESULT-0" not in text
+    assert "RESULT-1" not in text
+    assert HIDDEN_PLACEHOLDER in text
+    assert "RESULT-2" in text
+    assert check_history(out) == []
+
+
+async def test_at_the_trigger_exactly_still_summarizes() -> None:
+    history = history_with_groups(7)
+    saving = hiding_saving(history)
+    llm = ScriptedLLM("s")
+    out = await HidingThenSummary(llm).compact(ctx_over_by(history, saving, llm))
+    assert out is not None
+    assert len(llm.requests) == 1
+
+
+async def test_noop_only_is_klip13_literal_the_summary_waits_for_the_next_round() -> None:
+    history = history_with_groups(7)
+    saving = hiding_saving(history)
+    llm = ScriptedLLM("next round summary")
+    strategy = HidingThenSummary(llm, fallback="noop-only")
+    first = await strategy.compact(ctx_over_by(history, saving + 500, llm))
+    assert first == ToolResultHiding().hide(history)
+    assert llm.requests == []
+    assert first is not None
+    second = await strategy.compact(ctx_over_by(first, 500, llm))
+    assert second is not None
+    assert second[1].text == SUMMARY_PREFIX + "next round summary"
+    assert len(llm.requests) == 1
+
+
+async def test_a_failed_summary_after_hiding_keeps_the_hiding_and_logs(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    history = history_with_groups(7)
+    saving = hiding_saving(history)
+    llm = ScriptedLLM(ServerError("502 bad gateway"))
+    with caplog.at_level(logging.WARNING, logger="ctxcompact"):
+        out = await HidingThenSummary(llm).compact(ctx_over_by(history, saving + 500, llm))
+    assert out == ToolResultHiding().hide(history)
+    assert "502 bad gateway" in caplog.text
+
+
+async def test_a_failed_summary_when_hiding_did_nothing_propagates() -> None:
+    history = history_with_groups(2)
+    before = [m.model_dump() for m in history]
+    llm = ScriptedLLM(ServerError("503"))
+    with pytest.raises(ServerError):
+        await HidingThenSummary(llm).compact(ctx_over_by(history, 100, llm))
+    assert [m.model_dump() for m in history] == before
+
+
+async def test_without_an_llm_it_fails_at_once_even_when_hiding_would_do() -> None:
+    history = history_with_groups(7)
+    with pytest.raises(LLMRequiredError, match="HidingThenSummary needs an LLM"):
+        await HidingThenSummary().compact(ctx_over_by(history, 10, None))
+
+
+async def test_returns_none_when_neither_hiding_nor_summary_changes_anything() -> None:
+    history = [user("hi"), assistant("hello")]
+    llm = ScriptedLLM()
+    assert await HidingThenSummary(llm).compact(ctx_over_by(history, 10, llm)) is None
+    assert llm.requests == []
+
+
+async def test_parameters_reach_the_parts() -> None:
+    strategy = HidingThenSummary(
+        preserve_recent_n=2, placeholder="[gone]", max_preserved_messages=3, max_summary_tokens=500
+    )
+    assert strategy.hiding.preserve_recent_n == 2
+    assert strategy.hiding.placeholder == "[gone]"
+    assert strategy.summary.max_preserved_messages == 3
+    assert strategy.summary.max_summary_tokens == 500
+    with pytest.raises(ConfigError) as info:
+        HidingThenSummary(fallback="sometimes")  # type: ignore[arg-type]
+    assert info.value.key == "fallback"

@@ -1,0 +1,366 @@
+"""LLMSummary: the cut, the summary message, the summarizer's request, retries and failures."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Sequence
+
+import pytest
+
+from ctxcompact._contract import CompactionContext, Completion
+from ctxcompact._messages import Message
+from ctxcompact._tokens import HeuristicTokenCounter
+from ctxcompact._validate import check_history
+from ctxcompact.exceptions import (
+    BadResponseError,
+    ConfigError,
+    ContextTooLongError,
+    LLMRequiredError,
+    RateLimitError,
+    ServerError,
+)
+from ctxcompact.strategies import LLMSummary
+from ctxcompact.strategies._summary import SUMMARIZER_SYSTEM, SUMMARY_PREFIX
+from ctxcompact.testing import ScriptedLLM
+from tests.gen import assistant, call, system, tool, user
+
+COUNTER = HeuristicTokenCounter()
+
+
+def make_ctx(
+    history: Sequence[Message], llm: ScriptedLLM | None = None, *, max_context_size: int = 100_000
+) -> CompactionContext:
+    return CompactionContext(
+        history=history,
+        token_count=COUNTER.count(history),
+        max_context_size=max_context_size,
+        reserved_context_size=1_000,
+        llm=llm,
+    )
+
+
+def snapshot(history: Sequence[Message]) -> list[dict[str, object]]:
+    return [m.model_dump() for m in history]
+
+
+def work_history() -> list[Message]:
+    """A small coding session: a group with two parallel calls, an error, a fix."""
+    return [
+        system("You are a coding agent."),
+        user("Fix the failing test in calc.py"),
+        assistant(
+            "Looking.",
+            call("c1", "read_file", '{"path": "calc.py"}'),
+            call("c2", "bash", '{"cmd": "pytest -q"}'),
+        ),
+        tool("c1", "def add(a, b):\n    return a - b\n"),
+        tool("c2", "FAILED test_calc.py::test_add - assert -1 == 3"),
+        assistant(None, call("c3", "write_file", '{"path": "calc.py", "text": "return a + b"}')),
+        tool("c3", "written"),
+        assistant("Fixed add(): it subtracted."),
+        user("Now add a mul() function"),
+        assistant("On it."),
+    ]
+
+
+def summary_text(message: Message) -> str:
+    assert message.role == "user"
+    assert message.text.startswith(SUMMARY_PREFIX)
+    return message.text[len(SUMMARY_PREFIX) :]
+
+
+# -- the cut -----------------------------------------------------------------------------------
+
+
+async def test_keeps_the_last_messages_as_the_same_objects_and_summarizes_the_rest() -> None:
+    history = work_history()
+    before = snapshot(history)
+    llm = ScriptedLLM("Task: add mul(). Done: fixed add().")
+    out = await LLMSummary(llm).compact(make_ctx(history))
+    assert out is not None
+    assert out[0] is history[0]
+    assert summary_text(out[1]) == "Task: add mul(). Done: fixed add()."
+    assert len(out) == 4
+    assert out[2] is history[8]
+    assert out[3] is history[9]
+    assert check_history(out) == []
+    assert snapshot(history) == before
+
+
+async def test_the_cut_moves_before_a_group_with_parallel_calls_never_inside_it() -> None:
+    history = [
+        user("old question"),
+        assistant("old answer"),
+        user("inspect both"),
+        assistant(None, call("a", "ls"), call("b", "cat")),
+        tool("b", "B"),
+        tool("a", "A"),
+        assistant("both done"),
+    ]
+    out = await LLMSummary(ScriptedLLM("s")).compact(make_ctx(history))
+    assert out is not None
+    # The second-to-last user/assistant message is the one with the calls: its group is kept.
+    assert [m is h for m, h in zip(out[1:], history[3:], strict=True)] == [True] * 4
+    assert check_history(out) == []
+
+
+async def test_a_result_separated_from_its_call_pulls_the_cut_back_to_the_call() -> None:
+    # Malformed (a user message sits between the call and its result): the cut must not
+    # summarize the call away and leave its result as an orphan.
+    history = [
+        user("start"),
+        assistant("thinking"),
+        assistant(None, call("a", "ls")),
+        user("interjection"),
+        tool("a", "A"),
+        assistant("done"),
+    ]
+    before_kinds = {p.kind for p in check_history(history)}
+    out = await LLMSummary(ScriptedLLM("s")).compact(make_ctx(history))
+    assert out is not None
+    assert out[1:] == history[2:]
+    assert {p.kind for p in check_history(out)} <= before_kinds
+
+
+async def test_keeps_pending_calls_when_nothing_is_preserved() -> None:
+    history = [user("go"), assistant("ok"), user("list"), assistant(None, call("p", "ls"))]
+    out = await LLMSummary(ScriptedLLM("s"), max_preserved_messages=0).compact(make_ctx(history))
+    assert out is not None
+    assert len(out) == 2
+    assert out[1] is history[3]
+    assert check_history(out) == []
+
+
+async def test_system_messages_stay_first_and_mid_history_ones_are_kept() -> None:
+    note = system("Reminder: the repo uses tabs.")
+    history = [system("main"), user("a"), note, assistant("b"), user("c"), assistant("d")]
+    out = await LLMSummary(ScriptedLLM("s")).compact(make_ctx(history))
+    assert out is not None
+    assert out[0] is history[0]
+    assert out[1] is note
+    summary_text(out[2])
+    assert out[3:] == history[4:]
+
+
+async def test_returns_none_without_calling_the_llm_when_nothing_is_old_enough() -> None:
+    llm = ScriptedLLM()  # any call would fail: it has no responses
+    strategy = LLMSummary(llm)
+    assert await strategy.compact(make_ctx([system("s"), user("a"), assistant("b")])) is None
+    assert await strategy.compact(make_ctx([user("only one")])) is None
+    assert await strategy.compact(make_ctx([system("s"), system("t"), user("a")])) is None
+    assert llm.requests == []
+
+
+async def test_returns_none_when_the_old_part_is_only_an_earlier_summary() -> None:
+    llm = ScriptedLLM()
+    history = [user(SUMMARY_PREFIX + "old summary"), user("q"), assistant("a")]
+    assert await LLMSummary(llm).compact(make_ctx(history)) is None
+    assert llm.requests == []
+
+
+# -- the summarizer's request --------------------------------------------------------------
+
+
+async def test_the_request_shows_tool_calls_results_and_the_priorities() -> None:
+    llm = ScriptedLLM("s")
+    await LLMSummary(llm, max_summary_tokens=2000).compact(make_ctx(work_history()))
+    (request,) = llm.requests
+    assert request.system == SUMMARIZER_SYSTEM
+    assert request.max_tokens == 2000
+    assert not request.tools
+    assert len(request.messages) == 1
+    text = request.messages[0].text
+    for expected in (
+        "Fix the failing test in calc.py",
+        'call read_file (id c1) with arguments: {"path": "calc.py"}',
+        'call bash (id c2) with arguments: {"cmd": "pytest -q"}',
+        "tool result of bash (id c2)",
+        "FAILED test_calc.py::test_add",
+        "tool result of write_file (id c3)",
+        "Fixed add(): it subtracted.",
+        "Current task state",
+        "Errors and how they were solved",
+        "Files and code changed",
+        "Decisions",
+        "What is left to do",
+    ):
+        assert expected in text, expected
+    # The preserved tail and the system prompt are not part of the summarized transcript.
+    assert "Now add a mul() function" not in text
+    assert "You are a coding agent." not in text
+
+
+async def test_oversized_items_are_cut_head_and_tail_to_fit_the_input_budget() -> None:
+    big = "HEAD-MARK " + "x" * 200_000 + " TAIL-MARK"
+    history = [
+        user("read the log"),
+        assistant(None, call("a", "cat", '{"path": "big.log"}')),
+        tool("a", big),
+        assistant("it is big"),
+        user("next"),
+        assistant("ok"),
+    ]
+    llm = ScriptedLLM("s")
+    await LLMSummary(llm, max_input_tokens=6_000).compact(make_ctx(history))
+    (request,) = llm.requests
+    text = request.messages[0].text
+    assert COUNTER.count([Message.system(request.system or ""), *request.messages]) <= 6_000
+    assert "HEAD-MARK" in text
+    assert "TAIL-MARK" in text
+    assert "characters cut" in text
+    assert "read the log" in text  # small items survive whole
+    assert 'call cat (id a) with arguments: {"path": "big.log"}' in text
+
+
+async def test_a_summarizer_overflow_retries_once_with_a_smaller_input() -> None:
+    history = [user("x" * 40_000), assistant("y" * 40_000), user("q"), assistant("a")]
+    llm = ScriptedLLM(ContextTooLongError("prompt is too long"), "the summary")
+    # ~23k tokens to summarize: within a 30k window, not within half of it.
+    out = await LLMSummary(llm).compact(make_ctx(history, max_context_size=30_000))
+    assert out is not None
+    assert summary_text(out[0]) == "the summary"
+    first, second = llm.requests
+    assert len(second.messages[0].text) < len(first.messages[0].text) * 0.75
+
+
+async def test_a_second_overflow_propagates() -> None:
+    history = work_history()
+    before = snapshot(history)
+    llm = ScriptedLLM(ContextTooLongError("too long"), ContextTooLongError("still too long"))
+    with pytest.raises(ContextTooLongError, match="still too long"):
+        await LLMSummary(llm).compact(make_ctx(history))
+    assert snapshot(history) == before
+
+
+async def test_length_retries_once_asking_for_a_shorter_summary() -> None:
+    cut = Completion(Message.assistant("a very long summ"), finish_reason="length")
+    llm = ScriptedLLM(cut, "short summary")
+    out = await LLMSummary(llm).compact(make_ctx(work_history()))
+    assert out is not None
+    assert summary_text(out[1]) == "short summary"
+    first, second = llm.requests
+    assert "shorter" in second.messages[0].text
+    assert "shorter" not in first.messages[0].text
+
+
+async def test_length_twice_keeps_the_truncated_text_with_a_marker() -> None:
+    llm = ScriptedLLM(
+        Completion(Message.assistant("first cut"), finish_reason="length"),
+        Completion(Message.assistant("second cut"), finish_reason="length"),
+    )
+    out = await LLMSummary(llm).compact(make_ctx(work_history()))
+    assert out is not None
+    text = summary_text(out[1])
+    assert text.startswith("second cut")
+    assert "summary truncated" in text
+
+
+@pytest.mark.parametrize("error", [RateLimitError("429", status_code=429), ServerError("500")])
+async def test_an_llm_error_propagates_typed_and_the_history_is_untouched(
+    error: Exception,
+) -> None:
+    history = work_history()
+    before = snapshot(history)
+    with pytest.raises(type(error)):
+        await LLMSummary(ScriptedLLM(error)).compact(make_ctx(history))
+    assert snapshot(history) == before
+
+
+@pytest.mark.parametrize("answer", ["", "   \n", Message.assistant(None)])
+async def test_an_empty_answer_is_a_bad_response(answer: str | Message) -> None:
+    with pytest.raises(BadResponseError, match="no summary text"):
+        await LLMSummary(ScriptedLLM(answer)).compact(make_ctx(work_history()))
+
+
+async def test_analysis_is_dropped_and_a_repeated_prefix_is_not_nested() -> None:
+    answer = "<analysis>thinking aloud</analysis>\n<summary>\nThe real summary.\n</summary>"
+    out = await LLMSummary(ScriptedLLM(answer)).compact(make_ctx(work_history()))
+    assert out is not None
+    assert summary_text(out[1]) == "The real summary."
+    echoed = SUMMARY_PREFIX + "Echoed summary."
+    out = await LLMSummary(ScriptedLLM(echoed)).compact(make_ctx(work_history()))
+    assert out is not None
+    assert summary_text(out[1]) == "Echoed summary."
+
+
+# -- earlier summaries -----------------------------------------------------------------------
+
+
+async def test_an_earlier_summary_is_resummarized_with_the_new_old_part() -> None:
+    history = [
+        system("sys"),
+        user(SUMMARY_PREFIX + "Earlier: set up the repo."),
+        user("now run the tests"),
+        assistant(None, call("t", "bash", '{"cmd": "pytest"}')),
+        tool("t", "3 passed"),
+        assistant("All green."),
+        user("ship it"),
+        assistant("Shipping."),
+    ]
+    llm = ScriptedLLM("Merged: repo set up, tests pass.")
+    out = await LLMSummary(llm).compact(make_ctx(history))
+    assert out is not None
+    assert [m.role for m in out] == ["system", "user", "user", "assistant"]
+    assert summary_text(out[1]) == "Merged: repo set up, tests pass."
+    assert out[1].text.count(SUMMARY_PREFIX) == 1
+    text = llm.requests[0].messages[0].text
+    assert "[earlier summary]\nEarlier: set up the repo." in text
+    assert SUMMARY_PREFIX not in text
+    assert "3 passed" in text
+    # A second round sees the first summary again, and still never nests it.
+    llm2 = ScriptedLLM("Merged again.")
+    again = await LLMSummary(llm2).compact(make_ctx([*out, user("more"), assistant("sure")]))
+    assert again is not None
+    assert sum(m.text.startswith(SUMMARY_PREFIX) for m in again) == 1
+
+
+# -- the LLM and the parameters --------------------------------------------------------------
+
+
+async def test_uses_the_context_llm_when_none_is_injected_and_prefers_the_injected_one() -> None:
+    ctx_llm = ScriptedLLM("from ctx")
+    out = await LLMSummary().compact(make_ctx(work_history(), ctx_llm))
+    assert out is not None
+    assert summary_text(out[1]) == "from ctx"
+    injected = ScriptedLLM("from injection")
+    unused = ScriptedLLM()
+    out = await LLMSummary(injected).compact(make_ctx(work_history(), unused))
+    assert out is not None
+    assert summary_text(out[1]) == "from injection"
+    assert unused.requests == []
+
+
+async def test_without_any_llm_the_error_says_how_to_give_one() -> None:
+    with pytest.raises(LLMRequiredError, match=r"LLMSummary needs an LLM.*compaction\.llm"):
+        await LLMSummary().compact(make_ctx(work_history()))
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "key"),
+    [
+        ({"max_preserved_messages": -1}, "max_preserved_messages"),
+        ({"max_summary_tokens": 0}, "max_summary_tokens"),
+        ({"max_input_tokens": 0}, "max_input_tokens"),
+    ],
+)
+def test_bad_parameters_are_config_errors_naming_the_key(kwargs: dict[str, int], key: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        LLMSummary(**kwargs)
+    assert info.value.key == key
+
+
+async def test_max_preserved_messages_counts_only_user_and_assistant_messages() -> None:
+    history = work_history()
+    out = await LLMSummary(ScriptedLLM("s"), max_preserved_messages=4).compact(make_ctx(history))
+    assert out is not None
+    # user/assistant from the end: 9, 8, 7, 5 -> the tail starts at the group of message 5.
+    assert out[2:] == history[5:]
+    assert out[2] is history[5]
+
+
+async def test_the_input_is_not_mutated_even_when_given_as_a_tuple() -> None:
+    history = tuple(work_history())
+    before = copy.deepcopy(snapshot(history))
+    out = await LLMSummary(ScriptedLLM("s")).compact(make_ctx(history))
+    assert out is not None
+    assert snapshot(history) == before
