@@ -1,0 +1,159 @@
+"""ToolResultHiding: KLIP-13 §3 rules, edge cases and batching."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from ctxcompact import HeuristicTokenCounter, Message, TextPart
+from ctxcompact.exceptions import ConfigError
+from ctxcompact.strategies import ToolResultHiding
+from ctxcompact.strategies._shared import HIDDEN_PLACEHOLDER
+from tests.gen import assistant, call, system, tool, user
+from tests.strategy_checks import assert_content_only, assert_safe, dump, run
+
+PLACEHOLDER = "<system>历史 tool_call已隐藏</system>"
+
+
+def groups(n: int, *, calls: int = 1) -> list[Message]:
+    out: list[Message] = [system("sys"), user("go")]
+    for k in range(n):
+        ids = [f"g{k}_{j}" for j in range(calls)]
+        out.append(assistant(f"step {k}", *(call(i, "bash") for i in ids)))
+        out.extend(tool(i, f"result of {i} " + "r" * 30) for i in ids)
+    out.append(assistant("done"))
+    return out
+
+
+def hidden(history: list[Message], **params: Any) -> list[int]:
+    snap = dump(history)
+    out = run(ToolResultHiding(**params), history)
+    assert_safe(history, snap, out)
+    if out is None:
+        return []
+    changed = assert_content_only(history, out)
+    assert all(out[i].content == params.get("placeholder", PLACEHOLDER) for i in changed)
+    return changed
+
+
+def results(history: list[Message]) -> list[int]:
+    return [i for i, m in enumerate(history) if m.role == "tool"]
+
+
+def test_default_placeholder_is_klip13s() -> None:
+    assert HIDDEN_PLACEHOLDER == PLACEHOLDER
+    assert ToolResultHiding().placeholder == PLACEHOLDER
+
+
+def test_results_of_the_last_five_groups_stay() -> None:
+    h = groups(8)
+    assert hidden(h) == results(h)[:3]
+
+
+def test_no_more_groups_than_preserved_is_a_no_op() -> None:
+    assert run(ToolResultHiding(), groups(5)) is None
+    assert run(ToolResultHiding(), [user("hi"), assistant("hello")]) is None
+    assert run(ToolResultHiding(), []) is None
+
+
+def test_parallel_calls_are_hidden_or_kept_whole() -> None:
+    h = groups(4, calls=3)
+    assert hidden(h, preserve_recent_n=2) == results(h)[:6]
+
+
+def test_preserve_zero_hides_every_group() -> None:
+    h = groups(3)
+    assert hidden(h, preserve_recent_n=0) == results(h)
+
+
+def test_tool_call_id_and_extras_are_kept() -> None:
+    h = [user("go"), assistant(None, call("a")), tool("a", "boom", is_error=True)]
+    h += [assistant(None, call("b")), tool("b", "ok")]
+    out = run(ToolResultHiding(preserve_recent_n=1), h)
+    assert out[2].tool_call_id == "a"
+    assert out[2].is_error
+    assert out[2].model_extra == {"is_error": True}
+    assert out[4] is h[4]
+
+
+def test_list_content_is_hidden_too() -> None:
+    h = [user("go"), assistant(None, call("a")), tool("a", [{"type": "text", "text": "x" * 50}])]
+    h += [
+        assistant(None, call("b")),
+        tool("b", [{"type": "image_url", "image_url": {"url": "data:image/png;base64,AA=="}}]),
+    ]
+    h += [assistant(None, call("c")), tool("c", "new")]
+    assert hidden(h, preserve_recent_n=1) == [2, 4]
+
+
+def test_already_hidden_results_are_not_hidden_again() -> None:
+    h = groups(8)
+    out = run(ToolResultHiding(), h)
+    assert out is not None
+    assert run(ToolResultHiding(), out) is None
+    # A placeholder in list form (KLIP-13 writes it as a content list) counts as hidden too.
+    h2 = [user("go"), assistant(None, call("a")), tool("a", [TextPart(text=PLACEHOLDER)])]
+    h2 += [assistant(None, call("b")), tool("b", "x")]
+    assert run(ToolResultHiding(preserve_recent_n=1), h2) is None
+
+
+def test_growing_history_hides_only_the_newly_old_group() -> None:
+    out = run(ToolResultHiding(), groups(8))
+    more = [*out[:-1], assistant(None, call("z")), tool("z", "zz"), assistant("done")]
+    assert hidden(more) == [results(more)[3]]
+
+
+def test_orphans_and_separated_results_are_left_alone() -> None:
+    h = [user("go"), tool("orphan", "o" * 40), assistant(None, call("a"), call("b"))]
+    h += [tool("a", "x"), user("interrupt"), tool("b", "separated")]
+    h += [assistant(None, call("c")), tool("c", "y")]
+    assert hidden(h, preserve_recent_n=1) == [3]
+
+
+def test_reused_ids_are_positional() -> None:
+    h = [user("go")]
+    for k in range(4):
+        h += [assistant(None, call("same")), tool("same", f"r{k}")]
+    assert hidden(h, preserve_recent_n=1) == [2, 4, 6]
+
+
+def test_pending_calls_count_as_the_newest_group() -> None:
+    h = [*groups(3)[:-1], assistant(None, call("pending"))]
+    assert hidden(h, preserve_recent_n=1) == results(h)
+
+
+def test_custom_placeholder() -> None:
+    h = groups(3)
+    assert hidden(h, preserve_recent_n=1, placeholder="[hidden]") == results(h)[:2]
+
+
+def test_batch_turns_hides_in_steps() -> None:
+    for n in range(20):
+        h = groups(n)
+        hideable = max(0, n - 5)
+        assert len(hidden(h, batch_turns=4)) == hideable - hideable % 4
+
+
+def test_clear_at_least_counts_tokens_from_the_oldest_group() -> None:
+    one = HeuristicTokenCounter().count_message(tool("g0_0", "result of g0_0 " + "r" * 30))
+    for n in range(6, 20):
+        h = groups(n)
+        hideable = n - 5
+        assert len(hidden(h, clear_at_least=3 * one)) == hideable - hideable % 3
+
+
+@pytest.mark.parametrize(
+    ("params", "key"),
+    [
+        ({"preserve_recent_n": -1}, "preserve_recent_n"),
+        ({"preserve_recent_n": 2.5}, "preserve_recent_n"),
+        ({"batch_turns": -3}, "batch_turns"),
+        ({"clear_at_least": -1}, "clear_at_least"),
+        ({"placeholder": ""}, "placeholder"),
+    ],
+)
+def test_bad_parameters_raise_config_error(params: dict[str, Any], key: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        ToolResultHiding(**params)
+    assert info.value.key == key
