@@ -233,22 +233,19 @@ def _leading_systems(history: Sequence[Message]) -> int:
 
 
 def _safe_cut(history: Sequence[Message], cut: int) -> int:
-    """Move ``cut`` earlier until no tool-call group straddles it.
+    """Move ``cut`` earlier until no tool call in the summarized part has a result kept.
 
-    Positional groups first; then, for malformed histories, a tool message in the kept part
-    that is not inside a kept group pulls the cut back to the nearest earlier assistant
-    message calling its id, so compaction never creates an orphan the input did not have.
+    The cut sits on a user or assistant message, so it never falls inside a positional group
+    (an assistant message and the tool messages right after it). In a malformed history a
+    result can sit apart from its call, though: such a stray result in the kept part pulls
+    the cut back to the nearest earlier message calling its id, so compaction never turns it
+    into an orphan.
     """
     while True:
-        before = cut
-        for group in tool_groups(history):
-            if group.call_index < cut < group.end:
-                cut = group.call_index
-        while 0 < cut < len(history) and history[cut].role == "tool":
-            cut -= 1
-        cut = _pull_back_for_strays(history, cut)
-        if cut == before:
+        pulled = _pull_back_for_strays(history, cut)
+        if pulled == cut:
             return cut
+        cut = pulled
 
 
 def _pull_back_for_strays(history: Sequence[Message], cut: int) -> int:
