@@ -605,3 +605,57 @@ def test_error_chains_the_original_exception(write_module: WriteModule) -> None:
     with pytest.raises(StrategyLoadError) as info:
         load_strategy("chain_mod:X")
     assert isinstance(info.value.__cause__, KeyError)
+
+
+def test_params_must_be_a_mapping(write_module: WriteModule) -> None:
+    write_module("pm_mod", "class P:" + _COMPACT)
+    assert "params must be a mapping, not list" in load_error("pm_mod:P", params=["keep"])
+
+
+def test_a_name_registered_twice_for_different_targets_is_an_error(
+    tmp_path: Path, registered: str
+) -> None:
+    dist = tmp_path / "ctxcompact_other_plugin-2.0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: ctxcompact-other-plugin\nVersion: 2.0\n", encoding="utf-8"
+    )
+    (dist / "entry_points.txt").write_text(
+        f"[ctxcompact.strategies]\n{registered} = other_plugin:Other\n", encoding="utf-8"
+    )
+    importlib.invalidate_caches()
+    message = load_error(registered)
+    assert "registered more than once" in message
+    assert "ep_plugin:EpStrategy" in message
+    assert "other_plugin:Other" in message
+
+
+def test_builtin_name_and_its_module_path_load_the_same_class() -> None:
+    by_name = load_strategy("tool-result-hiding", params={"preserve_recent_n": 3})
+    by_path = load_strategy(
+        "ctxcompact.strategies:ToolResultHiding", params={"preserve_recent_n": 3}
+    )
+    assert type(by_name) is type(by_path)
+    assert type(by_name).__name__ == "ToolResultHiding"
+    message = load_error("tool-result-hiding", params={"preserve_recent": 3})
+    assert "did you mean" not in message  # the close-match hint is for names and attributes
+    assert "preserve_recent_n: int = 5" in message
+
+
+def test_builtin_summary_strategy_gets_the_llm_injected() -> None:
+    llm = FakeLLM()
+    strategy = load_strategy("llm-summary", dependencies={LLM: llm})
+    assert llm in vars(strategy).values()
+
+
+def test_list_strategies_includes_every_builtin() -> None:
+    names = {info.name for info in list_strategies()}
+    assert {
+        "tool-result-hiding",
+        "schema1-masking",
+        "llm-summary",
+        "hiding-then-summary",
+        "tool-result-truncation",
+        "context-guard",
+        "pipeline",
+    } <= names

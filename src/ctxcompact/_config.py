@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError,
 from pydantic import field_validator as _field_validator
 
 from ._config_errors import config_error
+from ._loader import spec_problem
 from .exceptions import ConfigError
 from .strategies._shared import SCHEMA1_FIELDS, SCHEMA1_PLACEHOLDER
 
@@ -44,7 +45,6 @@ DEFAULT_STRATEGY = "ctxcompact.strategies:LLMSummary"
 DEFAULT_KEY_ENV = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY"}
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_SPEC = re.compile(r"[^\W\d]\w*(\.[^\W\d]\w*)*:[^\W\d]\w*(\.[^\W\d]\w*)*|[\w][\w.\-]*")
 
 
 class _Table(BaseModel):
@@ -131,11 +131,9 @@ class CompactionConfig(_Table):
     @_field_validator("strategy")
     @classmethod
     def _spec(cls, value: str) -> str:
-        if not _SPEC.fullmatch(value):
-            raise ValueError(
-                "must be 'package.module:ClassName' or a registered strategy name "
-                "such as 'hiding-then-summary'"
-            )
+        problem = spec_problem(value)
+        if problem is not None:
+            raise ValueError(f"{problem}, such as 'hiding-then-summary'")
         return value
 
     @_field_validator("reserved_context_size")

@@ -15,6 +15,7 @@ import difflib
 import inspect
 import re
 import traceback
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from importlib import import_module
 from importlib.metadata import EntryPoint, entry_points
@@ -25,8 +26,6 @@ from ._injection import ParamInfo, SignatureError, StrategySignature, inspect_cl
 from .exceptions import StrategyLoadError
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
-
     from ._contract import CompactionStrategy
 
 __all__ = ["ENTRY_POINT_GROUP", "ParamInfo", "StrategyInfo", "list_strategies", "load_strategy"]
@@ -93,6 +92,8 @@ def load_strategy(
         >>> strategy = load_strategy("tool-result-hiding", params={"preserve_recent_n": 3})
     """
     entry_point = _entry_point(spec)
+    if params is not None and not isinstance(params, Mapping):
+        raise StrategyLoadError(spec, f"params must be a mapping, not {type(params).__name__}")
     cls = _load_class(spec, entry_point)
     try:
         signature = inspect_class(cls, extra_names=_type_names(dependencies))
@@ -153,20 +154,25 @@ def _registered() -> dict[str, EntryPoint]:
     return found
 
 
+def spec_problem(spec: str) -> str | None:
+    """Why ``spec`` is not even shaped like a spec, or ``None`` (nothing is imported)."""
+    if ":" in spec:
+        if not _SPEC_RE.fullmatch(spec):
+            return "malformed spec: expected 'package.module:ClassName' (no spaces)"
+    elif not _NAME_RE.fullmatch(spec):
+        return "malformed spec: expected 'package.module:ClassName' or an entry-point name"
+    return None
+
+
 def _entry_point(spec: str) -> EntryPoint:
     if not isinstance(spec, str):
         raise StrategyLoadError(repr(spec), f"a spec must be a string, not {type(spec).__name__}")
+    problem = spec_problem(spec)
+    if problem is not None:
+        raise StrategyLoadError(spec, problem)
     if ":" in spec:
-        if not _SPEC_RE.fullmatch(spec):
-            raise StrategyLoadError(
-                spec, "malformed spec: expected 'package.module:ClassName' (no spaces)"
-            )
         # A module:attr spec becomes an entry point too, so both kinds load the same way.
         return EntryPoint(name=spec, value=spec, group=ENTRY_POINT_GROUP)
-    if not _NAME_RE.fullmatch(spec):
-        raise StrategyLoadError(
-            spec, "malformed spec: expected 'package.module:ClassName' or an entry-point name"
-        )
     return _named_entry_point(spec)
 
 
