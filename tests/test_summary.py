@@ -364,3 +364,18 @@ async def test_the_input_is_not_mutated_even_when_given_as_a_tuple() -> None:
     out = await LLMSummary(ScriptedLLM("s")).compact(make_ctx(history))
     assert out is not None
     assert snapshot(history) == before
+
+
+def test_the_loader_injects_the_llm_by_annotation_and_passes_params() -> None:
+    from ctxcompact._contract import LLM
+    from ctxcompact._loader import load_strategy
+
+    llm = ScriptedLLM()
+    for spec in ("llm-summary", "ctxcompact.strategies:LLMSummary", "hiding-then-summary"):
+        strategy = load_strategy(
+            spec, dependencies={LLM: llm}, params={"max_preserved_messages": 3}
+        )
+        assert getattr(strategy, "llm", None) is llm, spec
+        summary = getattr(strategy, "summary", strategy)
+        assert isinstance(summary, LLMSummary)
+        assert summary.max_preserved_messages == 3

@@ -30,8 +30,6 @@ __all__ = ["HidingThenSummary"]
 
 logger = logging.getLogger(__name__)
 
-Fallback = Literal["estimate", "noop-only"]
-
 
 class HidingThenSummary:
     """Hide old tool results; summarize with an LLM when hiding does not suffice.
@@ -70,7 +68,7 @@ class HidingThenSummary:
         llm: LLM | None = None,
         *,
         preserve_recent_n: int = 5,
-        fallback: Fallback = "estimate",
+        fallback: Literal["estimate", "noop-only"] = "estimate",
         placeholder: str = HIDDEN_PLACEHOLDER,
         max_preserved_messages: int = 2,
         max_summary_tokens: int = 4096,
@@ -81,7 +79,7 @@ class HidingThenSummary:
             raise ConfigError(
                 f"must be 'estimate' or 'noop-only', got {fallback!r}", key="fallback"
             )
-        self.fallback: Fallback = fallback
+        self.fallback: Literal["estimate", "noop-only"] = fallback
         self.hiding = ToolResultHiding(preserve_recent_n=preserve_recent_n, placeholder=placeholder)
         self.summary = LLMSummary(
             llm,
