@@ -103,7 +103,7 @@ def from_anthropic(
     if system is not None:
         out.append(_read_system(system))
     for index, raw in enumerate(messages):
-        if not isinstance(raw, Mapping):
+        if type(raw) is not dict and not isinstance(raw, Mapping):
             raise FormatError(
                 f"a message must be an object with 'role' and 'content', got {type_name(raw)}",
                 index=index,

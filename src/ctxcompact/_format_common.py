@@ -37,18 +37,22 @@ JSON = Any
 """A JSON value as decoded by :mod:`json` (kept as ``Any``: it is recursive and open)."""
 
 _M = TypeVar("_M", bound=BaseModel)
-_set = object.__setattr__
 _new = object.__new__
+_set_dict = object.__setattr__
+# The slot descriptors pydantic itself fills: setting through them skips a name lookup each.
+_set_fields_set = BaseModel.__dict__["__pydantic_fields_set__"].__set__
+_set_extra = BaseModel.__dict__["__pydantic_extra__"].__set__
+_set_private = BaseModel.__dict__["__pydantic_private__"].__set__
 
 
 def _build(
     cls: type[_M], values: dict[str, Any], fields_set: set[str], extra: dict[str, Any]
 ) -> _M:
     model: _M = _new(cls)
-    _set(model, "__dict__", values)
-    _set(model, "__pydantic_fields_set__", fields_set)
-    _set(model, "__pydantic_extra__", extra)
-    _set(model, "__pydantic_private__", None)
+    _set_dict(model, "__dict__", values)
+    _set_fields_set(model, fields_set)
+    _set_extra(model, extra)
+    _set_private(model, None)
     return model
 
 
@@ -83,7 +87,7 @@ def new_part(block: Mapping[str, Any], native_image: str) -> TextPart | ImagePar
 
 def check_block(block: object, index: int | None, field: str) -> Mapping[str, Any]:
     """Check that a content block is an object with a string ``type`` (and ``text``)."""
-    if not isinstance(block, Mapping):
+    if type(block) is not dict and not isinstance(block, Mapping):
         raise FormatError(
             f"a content block must be an object with a 'type', got {type_name(block)}",
             index=index,

@@ -79,7 +79,7 @@ def from_openai(messages: Sequence[Mapping[str, Any]]) -> list[Message]:
 
 
 def _read_message(raw: object, index: int) -> Message:
-    if not isinstance(raw, Mapping):
+    if type(raw) is not dict and not isinstance(raw, Mapping):
         raise FormatError(
             f"a message must be an object with a 'role', got {type_name(raw)}", index=index
         )
