@@ -124,3 +124,11 @@ def test_strategy_cuts_tool_results_only() -> None:
 def test_strategy_no_op_returns_none() -> None:
     h = [user("hi"), assistant(None, call("a")), tool("a", "small")]
     assert run(ToolResultTruncation(), h) is None
+
+
+def test_second_pass_is_a_no_op_even_with_a_tiny_max_chars() -> None:
+    t = ToolResultTruncation(max_chars=10, head_chars=2, tail_chars=2)
+    for n in (50, 999, 12_345):
+        once = t.truncate_text("x" * n)
+        assert once != "x" * n
+        assert t.truncate_text(once) is once

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING
 
 from .._messages import Message, TextPart
@@ -17,6 +18,8 @@ __all__ = ["TRUNCATION_MARKER", "ToolResultTruncation"]
 
 TRUNCATION_MARKER = "\n\n... [{omitted} characters truncated] ...\n\n"
 """What replaces the middle of a cut text (seed 003's wording); ``{omitted}`` is a count."""
+
+_MARKER_RE = re.compile(re.escape(TRUNCATION_MARKER).replace(r"\{omitted\}", r"\d+"))
 
 
 class ToolResultTruncation:
@@ -68,6 +71,9 @@ class ToolResultTruncation:
         if n <= self.max_chars:
             return text
         head, tail = self.head_chars, self.tail_chars
+        done = _MARKER_RE.match(text, head)
+        if done is not None and done.end() + tail == n:
+            return text  # already cut by these settings: a second pass changes nothing
         cut = (
             text[:head]
             + TRUNCATION_MARKER.format(omitted=n - head - tail)
