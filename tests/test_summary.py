@@ -379,3 +379,31 @@ def test_the_loader_injects_the_llm_by_annotation_and_passes_params() -> None:
         summary = getattr(strategy, "summary", strategy)
         assert isinstance(summary, LLMSummary)
         assert summary.max_preserved_messages == 3
+
+
+async def test_under_the_controller_a_failure_keeps_the_history_and_a_success_replaces_it() -> None:
+    from ctxcompact._controller import CompactionController
+
+    history = work_history()
+    failing = CompactionController(
+        LLMSummary(),
+        max_context_size=10_000,
+        reserved_context_size=100,
+        llm=ScriptedLLM(RateLimitError("slow down", status_code=429)),
+    )
+    assert await failing.maybe_compact(history, force=True) is history
+    assert failing.last_event is not None
+    assert failing.last_event.status == "failed"
+    assert "RateLimitError: slow down" in (failing.last_event.error or "")
+
+    working = CompactionController(
+        LLMSummary(),
+        max_context_size=10_000,
+        reserved_context_size=100,
+        llm=ScriptedLLM("short summary"),
+    )
+    out = await working.maybe_compact(history, force=True)
+    assert working.last_event is not None
+    assert working.last_event.status == "compacted"
+    assert summary_text(out[1]) == "short summary"
+    assert out[2] is history[8]
