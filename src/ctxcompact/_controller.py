@@ -1,0 +1,454 @@
+"""The trigger controller: *when* to compact, and a safe run of the strategy that says *how*.
+
+Token accounting is incremental. The controller keeps a running estimate of the history it
+last saw (one cumulative sum per message) and, after :meth:`observe_usage`, the provider's
+own count of a prefix of it. A history that extends the one seen before costs only its new
+messages; any other history (after a compaction, a proxy request parsed afresh, an edited
+history) is recounted.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING
+
+from ._contract import CompactionContext, CompactionStrategy
+from ._events import (
+    CompactionEvent,
+    EventStatus,
+    Trigger,
+    rejection,
+    same_messages,
+    strategy_name,
+)
+from ._tokens import HeuristicTokenCounter, TokenCounter
+from .exceptions import ConfigError
+
+if TYPE_CHECKING:
+    from ._config import Config
+    from ._contract import LLM, Usage
+    from ._messages import Message
+
+__all__ = ["CompactionController", "CompactionEvent", "EventStatus", "Trigger"]
+
+logger = logging.getLogger("ctxcompact.controller")
+
+EventCallback = Callable[[CompactionEvent], object]
+
+
+class CompactionController:
+    """Decides when a history must be compacted and runs the strategy safely.
+
+    It fires when ``token_count + reserved_context_size >= max_context_size`` (KLIP-13) or,
+    with ``trigger_ratio``, when ``token_count >= trigger_ratio * max_context_size``. A run
+    never loses history: output that breaks tool-call pairing (a ``check_history`` problem
+    its input did not have) is rejected and an exception keeps the original; both are
+    reported in a :class:`CompactionEvent` sent to ``on_event`` and to the
+    ``ctxcompact.controller`` logger.
+
+    Loop guards: when a run saves less than ``min_progress`` of the (estimated) tokens, the
+    controller waits until the history has grown by that fraction before trying again;
+    after ``max_failures`` consecutive failures (raised or rejected) the circuit opens and
+    triggered runs stop. ``maybe_compact(force=True)`` (the provider said the context is too
+    long) bypasses both guards; its success closes the circuit. :meth:`reset` clears them.
+
+    Args:
+        strategy: How to rewrite the history.
+        max_context_size: The model's window in tokens.
+        reserved_context_size: Tokens kept free for the answer and the next tool results.
+        trigger_ratio: Also fire at this fraction of the window (``None``: only the
+            threshold rule).
+        token_counter: Estimates messages (default :class:`HeuristicTokenCounter`).
+        llm: Passed to the strategy in the context.
+        transforms: Per-request strategies applied by :meth:`prepare_request`.
+        on_event: Called with every event (exceptions it raises are logged, not raised).
+        min_progress: Minimum fraction of tokens a run must save to be retried at once.
+        max_failures: Consecutive failures that open the circuit.
+
+    Example:
+        >>> from ctxcompact import Message
+        >>> from ctxcompact.testing import FunctionStrategy
+        >>> keep_last = FunctionStrategy(lambda ctx: list(ctx.history[-1:]))
+        >>> controller = CompactionController(
+        ...     keep_last, max_context_size=60, reserved_context_size=10
+        ... )
+        >>> history = [Message.user("x" * 200), Message.user("short")]
+        >>> controller.should_compact(history)
+        True
+        >>> import asyncio
+        >>> [m.text for m in asyncio.run(controller.maybe_compact(history))]
+        ['short']
+    """
+
+    def __init__(
+        self,
+        strategy: CompactionStrategy,
+        *,
+        max_context_size: int,
+        reserved_context_size: int = 50_000,
+        trigger_ratio: float | None = None,
+        token_counter: TokenCounter | None = None,
+        llm: LLM | None = None,
+        transforms: Sequence[CompactionStrategy] = (),
+        on_event: EventCallback | None = None,
+        min_progress: float = 0.1,
+        max_failures: int = 3,
+    ) -> None:
+        if max_context_size <= 0:
+            raise ConfigError(f"must be > 0, got {max_context_size}", key="max_context_size")
+        if not 0 <= reserved_context_size < max_context_size:
+            raise ConfigError(
+                f"must be >= 0 and below max_context_size ({max_context_size}), got "
+                f"{reserved_context_size}",
+                key="reserved_context_size",
+            )
+        if trigger_ratio is not None and not 0 < trigger_ratio <= 1:
+            raise ConfigError(f"must be in (0, 1], got {trigger_ratio}", key="trigger_ratio")
+        if not 0 <= min_progress < 1:
+            raise ConfigError(f"must be in [0, 1), got {min_progress}", key="min_progress")
+        if max_failures < 1:
+            raise ConfigError(f"must be >= 1, got {max_failures}", key="max_failures")
+        self.strategy = strategy
+        self.max_context_size = max_context_size
+        self.reserved_context_size = reserved_context_size
+        self.trigger_ratio = trigger_ratio
+        self.token_counter: TokenCounter = token_counter or HeuristicTokenCounter()
+        self.llm = llm
+        self.transforms = tuple(transforms)
+        self.on_event = on_event
+        self.min_progress = min_progress
+        self.max_failures = max_failures
+        self.last_event: CompactionEvent | None = None
+        self._failures = 0
+        self._retry_at: int | None = None  # estimate the history must reach before a retry
+        self._seen: list[Message] = []  # the history counted so far
+        self._cum: list[int] = [0]  # _cum[i]: estimate of _seen[:i]
+        self._usage: tuple[int, int] | None = None  # (provider tokens, messages covered)
+
+    @classmethod
+    def from_config(
+        cls,
+        config: Config,
+        *,
+        strategy: CompactionStrategy | None = None,
+        llm: LLM | None = None,
+        token_counter: TokenCounter | None = None,
+        dependencies: Mapping[type, object] | None = None,
+        on_event: EventCallback | None = None,
+        max_context_size: int | None = None,
+    ) -> CompactionController:
+        """A controller built from a loaded :class:`~ctxcompact.Config`.
+
+        The strategy is ``[compaction] strategy`` loaded with ``[compaction.params]`` (unless
+        ``strategy`` is given), offered the LLM (``llm``, else one built from
+        ``[compaction.llm]``), the token counter and the config as dependencies; transforms
+        are ``[tool_result_truncation]`` and ``[observation_masking.schema1]`` when enabled;
+        the counter follows ``[token_counting]`` unless ``token_counter`` is given.
+        ``max_context_size`` given here overrides the config's.
+
+        Raises:
+            ConfigError: No ``max_context_size`` in the config nor in the call.
+            StrategyLoadError: The strategy cannot be loaded.
+        """
+        from ._contract import LLM as LLMProtocol
+        from ._tokens import TokenCounter as TokenCounterProtocol
+        from ._tokens import counter_from_config
+
+        comp = config.compaction
+        size = max_context_size if max_context_size is not None else comp.max_context_size
+        if size is None:
+            raise ConfigError(
+                "required: set it in [compaction] or pass max_context_size=",
+                path=str(config.path) if config.path else None,
+                key="compaction.max_context_size",
+            )
+        counter = token_counter or counter_from_config(config.token_counting)
+        if llm is None and comp.llm is not None:
+            from .llm import build_llm
+
+            llm = build_llm(comp.llm)
+        if strategy is None:
+            from ._loader import load_strategy
+
+            offered: dict[type, object] = {TokenCounterProtocol: counter, type(config): config}
+            if llm is not None:
+                offered[LLMProtocol] = llm
+            offered.update(dependencies or {})
+            strategy = load_strategy(comp.strategy, dependencies=offered, params=comp.params)
+        return cls(
+            strategy,
+            max_context_size=size,
+            reserved_context_size=comp.reserved_context_size,
+            trigger_ratio=comp.trigger_ratio,
+            token_counter=counter,
+            llm=llm,
+            transforms=_transforms_from_config(config),
+            on_event=on_event,
+            min_progress=comp.min_progress,
+            max_failures=comp.max_failures,
+        )
+
+    def __repr__(self) -> str:
+        return (
+            f"CompactionController({strategy_name(self.strategy)}, max_context_size="
+            f"{self.max_context_size}, reserved_context_size={self.reserved_context_size}, "
+            f"trigger_ratio={self.trigger_ratio})"
+        )
+
+    # -- counting -------------------------------------------------------------------------------
+
+    def token_count(self, history: Sequence[Message]) -> int:
+        """The context size of ``history``: the last provider usage plus an estimate of the
+        messages added since, or an estimate of everything when there is no usage.
+
+        Costs the new messages only when ``history`` extends the history seen last.
+        """
+        self._sync(history)
+        if self._usage is not None:
+            tokens, covered = self._usage
+            return tokens + self._cum[-1] - self._cum[covered]
+        return self._cum[-1]
+
+    def observe_usage(self, usage: Usage, history: Sequence[Message]) -> None:
+        """Record the provider's count for ``history`` (the stored history the call covered,
+        its assistant reply appended). A usage with no tokens is ignored."""
+        if usage.total_tokens <= 0:
+            return
+        self._sync(history)
+        self._usage = (usage.total_tokens, len(history))
+
+    def _sync(self, history: Sequence[Message]) -> None:
+        seen = len(self._seen)
+        if len(history) < seen or not self._extends(history, seen):
+            self._seen, self._cum, self._usage = [], [0], None
+            seen = 0
+        count = self.token_counter.count_message
+        for message in history[seen:]:
+            self._seen.append(message)
+            self._cum.append(self._cum[-1] + count(message))
+
+    def _extends(self, history: Sequence[Message], seen: int) -> bool:
+        # Constant time: the first, middle and last message seen must still be there (same
+        # object, or equal for a history parsed afresh). A rewrite that keeps all three in
+        # place is not detected; maybe_compact resets the count itself.
+        for i in {0, seen // 2, seen - 1} if seen else ():
+            old, new = self._seen[i], history[i]
+            if old is not new and old != new:
+                return False
+        return True
+
+    def _trigger(self, tokens: int) -> Trigger | None:
+        if tokens + self.reserved_context_size >= self.max_context_size:
+            return "threshold"
+        if self.trigger_ratio is not None and tokens >= self.trigger_ratio * self.max_context_size:
+            return "ratio"
+        return None
+
+    def should_compact(self, history: Sequence[Message]) -> bool:
+        """Whether the threshold (or ratio) rule fires for ``history``; guards not applied."""
+        return self._trigger(self.token_count(history)) is not None
+
+    # -- compaction ---------------------------------------------------------------------------
+
+    async def maybe_compact(
+        self, history: Sequence[Message], *, force: bool = False
+    ) -> Sequence[Message]:
+        """Compact ``history`` when the trigger fires (or ``force``), else return it as is.
+
+        Returns the input object itself whenever nothing changed (not triggered, skipped,
+        no-op, rejected, failed); otherwise a new list. ``history`` is never mutated.
+        """
+        tokens = self.token_count(history)
+        trigger = "forced" if force else self._trigger(tokens)
+        if trigger is None:
+            return history
+        n = len(history)
+        estimate = self._cum[-1]
+
+        def event(status: EventStatus, error: str | None, duration: float = 0.0) -> None:
+            self._emit(
+                CompactionEvent(
+                    strategy_name(self.strategy),
+                    trigger,
+                    status,
+                    tokens,
+                    tokens,
+                    n,
+                    n,
+                    duration,
+                    error,
+                )
+            )
+
+        if not force and self._failures >= self.max_failures:
+            event(
+                "circuit_open",
+                f"circuit open after {self._failures} consecutive failures; "
+                "only a forced compaction runs (or reset())",
+            )
+            return history
+        if not force and self._retry_at is not None and estimate < self._retry_at:
+            event(
+                "skipped",
+                f"the last run saved less than {self.min_progress:.0%}; waiting "
+                f"until the history grows to ~{self._retry_at} estimated tokens",
+            )
+            return history
+
+        ctx = CompactionContext(
+            history=tuple(history),  # a copy: a faulty strategy cannot mutate the caller's list
+            token_count=tokens,
+            max_context_size=self.max_context_size,
+            reserved_context_size=self.reserved_context_size,
+            llm=self.llm,
+            token_counter=self.token_counter,
+        )
+        start = time.perf_counter()
+        try:
+            output = await self.strategy.compact(ctx)
+        except Exception as exc:
+            self._failures += 1
+            logger.debug("strategy %s raised", strategy_name(self.strategy), exc_info=True)
+            event(
+                "failed",
+                f"{type(exc).__name__}: {exc}{self._circuit_note()}",
+                time.perf_counter() - start,
+            )
+            return history
+        duration = time.perf_counter() - start
+
+        if output is None or same_messages(output, history):
+            self._failures = 0
+            self._retry_at = int(estimate * (1 + self.min_progress))
+            event("noop", None, duration)
+            return history
+        reason = rejection(history, output)
+        if reason is not None:
+            self._failures += 1
+            event("rejected", reason + self._circuit_note(), duration)
+            return history
+
+        result = list(output)
+        self._failures = 0
+        self._seen, self._cum, self._usage = [], [0], None  # the new history is estimated
+        after = self.token_count(result)
+        saved = 1 - after / estimate if estimate else 0.0
+        self._retry_at = (
+            int(estimate * (1 + self.min_progress)) if saved < self.min_progress else None
+        )
+        kept = {id(m) for m in result}
+        rewritten = sum(1 for m in history if id(m) not in kept)
+        self._emit(
+            CompactionEvent(
+                strategy_name(self.strategy),
+                trigger,
+                "compacted",
+                tokens,
+                after,
+                n,
+                len(result),
+                duration,
+                None,
+                rewritten,
+            )
+        )
+        return result
+
+    def _circuit_note(self) -> str:
+        if self._failures >= self.max_failures:
+            return f"; circuit now open after {self._failures} consecutive failures"
+        return ""
+
+    def reset(self) -> None:
+        """Close the circuit, drop the min-progress wait and forget counts and usage."""
+        self._failures = 0
+        self._retry_at = None
+        self._seen, self._cum, self._usage = [], [0], None
+
+    def _emit(self, event: CompactionEvent) -> None:
+        previous = self.last_event
+        self.last_event = event
+        level = logging.INFO
+        if event.status in ("failed", "rejected") or event.messages_rewritten:
+            level = logging.WARNING  # seed 003 L3: dropped or truncated content is a warning
+        elif event.status == "skipped":
+            level = logging.DEBUG
+        elif event.status == "circuit_open":
+            opened = previous is None or previous.status != "circuit_open"
+            level = logging.WARNING if opened else logging.DEBUG
+        logger.log(level, "%s", event)
+        if self.on_event is not None:
+            try:
+                self.on_event(event)
+            except Exception:
+                logger.exception("on_event callback raised; compaction result kept")
+
+    # -- per-request transforms -------------------------------------------------------------------
+
+    async def prepare_request(self, history: Sequence[Message]) -> list[Message]:
+        """The messages to send: ``history`` through each transform, in order.
+
+        The stored history is not touched. A transform that raises, or whose output breaks
+        tool-call pairing, is skipped with a warning (the request goes out without it).
+        """
+        current: Sequence[Message] = history
+        tokens = self.token_count(history)
+        for transform in self.transforms:
+            ctx = CompactionContext(
+                history=tuple(current),
+                token_count=tokens,
+                max_context_size=self.max_context_size,
+                reserved_context_size=self.reserved_context_size,
+                llm=self.llm,
+                token_counter=self.token_counter,
+            )
+            try:
+                output = await transform.compact(ctx)
+            except Exception as exc:
+                logger.warning(
+                    "transform %s raised, skipped: %s: %s",
+                    strategy_name(transform),
+                    type(exc).__name__,
+                    exc,
+                )
+                continue
+            if output is None or same_messages(output, current):
+                continue
+            reason = rejection(current, output)
+            if reason is not None:
+                logger.warning(
+                    "transform %s output rejected, skipped: %s", strategy_name(transform), reason
+                )
+                continue
+            current = list(output)
+            tokens = self.token_counter.count(current)
+            logger.debug(
+                "transform %s applied: %d messages, ~%d tokens",
+                strategy_name(transform),
+                len(current),
+                tokens,
+            )
+        return list(current)
+
+
+def _transforms_from_config(config: Config) -> list[CompactionStrategy]:
+    transforms: list[CompactionStrategy] = []
+    truncation = config.tool_result_truncation
+    if truncation.enabled:
+        from .strategies._truncation import ToolResultTruncation
+
+        transforms.append(
+            ToolResultTruncation(
+                max_chars=truncation.max_chars,
+                head_chars=truncation.head_chars,
+                tail_chars=truncation.tail_chars,
+            )
+        )
+    schema1 = config.observation_masking.schema1
+    if schema1.enabled:
+        from .strategies._schema1 import Schema1Masking
+
+        transforms.append(Schema1Masking(**schema1.model_dump()))
+    return transforms

@@ -1,0 +1,108 @@
+"""Compaction events and the checks the controller applies to a strategy's output."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from ._messages import Message
+from ._validate import check_history
+
+__all__ = [
+    "CompactionEvent",
+    "EventStatus",
+    "Trigger",
+    "rejection",
+    "same_messages",
+    "strategy_name",
+]
+
+Trigger = Literal["threshold", "ratio", "forced"]
+EventStatus = Literal["compacted", "noop", "rejected", "failed", "skipped", "circuit_open"]
+
+
+@dataclass(frozen=True, slots=True)
+class CompactionEvent:
+    """What one triggered compaction did (or why it did nothing).
+
+    Attributes:
+        strategy: The strategy's name (its ``name`` attribute, else its class name).
+        trigger: ``threshold`` (``tokens + reserved >= max``), ``ratio`` (``tokens >=
+            trigger_ratio * max``) or ``forced`` (``maybe_compact(force=True)``).
+        status: ``compacted`` (history replaced), ``noop`` (the strategy returned ``None``
+            or the same messages), ``rejected`` (its output broke ``check_history`` or was
+            not a list of messages; the original kept), ``failed`` (it raised; the original
+            kept), ``skipped`` (the last attempt saved too little and the history has not
+            grown enough since), ``circuit_open`` (too many consecutive failures).
+        tokens_before: The controller's token count when it fired.
+        tokens_after: The estimate of the result (equal to ``tokens_before`` if unchanged).
+        messages_before: Length of the input history.
+        messages_after: Length of the result.
+        duration_s: Time spent in the strategy.
+        error: Why it was rejected, failed, skipped or not run.
+        messages_rewritten: Input messages not kept as they were (dropped, summarized,
+            masked or truncated); non-zero is logged as a warning.
+
+    Example:
+        >>> e = CompactionEvent("Hiding", "threshold", "compacted", 900, 300, 40, 40, 0.01)
+        >>> e.tokens_before - e.tokens_after
+        600
+    """
+
+    strategy: str
+    trigger: Trigger
+    status: EventStatus
+    tokens_before: int
+    tokens_after: int
+    messages_before: int
+    messages_after: int
+    duration_s: float
+    error: str | None = None
+    messages_rewritten: int = 0
+
+    def __str__(self) -> str:
+        text = (
+            f"compaction {self.status} by {self.strategy} ({self.trigger}): "
+            f"{self.messages_before} -> {self.messages_after} messages, "
+            f"{self.tokens_before} -> {self.tokens_after} tokens in {self.duration_s:.3f}s"
+        )
+        if self.messages_rewritten:
+            text += f"; {self.messages_rewritten} messages dropped or rewritten"
+        return f"{text}; {self.error}" if self.error else text
+
+
+def strategy_name(strategy: object) -> str:
+    name = getattr(strategy, "name", None)
+    return name if isinstance(name, str) and name else type(strategy).__name__
+
+
+def same_messages(output: Sequence[Message], history: Sequence[Message]) -> bool:
+    if output is history:
+        return True
+    try:
+        return len(output) == len(history) and all(
+            a is b for a, b in zip(output, history, strict=False)
+        )
+    except TypeError:
+        return False
+
+
+def rejection(history: Sequence[Message], output: object) -> str | None:
+    """Why ``output`` may not replace ``history``, or ``None`` when it may."""
+    if not isinstance(output, Sequence) or isinstance(output, (str, bytes)):
+        return f"strategy returned {type(output).__name__}, not a sequence of messages"
+    for i, message in enumerate(output):
+        if not isinstance(message, Message):
+            return f"output item {i} is a {type(message).__name__}, not a Message"
+    if not output and history:
+        return "strategy returned an empty history"
+    before = Counter(p.kind for p in check_history(history))
+    problems = check_history(output)
+    new = Counter(p.kind for p in problems) - before
+    if new:
+        first = next(p for p in problems if p.kind in new)
+        kinds = ", ".join(f"{k} x{c}" for k, c in sorted(new.items()))
+        return f"output breaks tool-call pairing ({kinds}); first: {first}"
+    return None
