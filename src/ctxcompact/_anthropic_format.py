@@ -40,22 +40,23 @@ from typing import Any
 
 from ._format_common import (
     ANTHROPIC_KEY,
+    AnthropicSystem,
     check_block,
+    content_to_anthropic,
     copy_json,
     extra_of,
     new_message,
     new_part,
     new_tool_call,
-    openai_image_to_anthropic,
-    part_to_dict,
+    parse_arguments,
+    parts_to_anthropic,
+    system_to_anthropic,
     type_name,
 )
-from ._messages import Content, ImagePart, Message, ToolCall
+from ._messages import Content, Message, ToolCall
 from .exceptions import FormatError
 
 __all__ = ["from_anthropic", "to_anthropic"]
-
-AnthropicSystem = str | list[dict[str, Any]] | None
 
 
 def _message(role: str, content: Content, present: bool, meta: dict[str, Any]) -> Message:
@@ -298,7 +299,7 @@ def to_anthropic(history: Sequence[Message]) -> tuple[AnthropicSystem, list[dict
     start = 0
     while start < len(history) and history[start].role in ("system", "developer"):
         start += 1
-    system = _write_system(history[:start])
+    system = system_to_anthropic(history[:start])
     out: list[dict[str, Any]] = []
     results: list[dict[str, Any]] | None = None  # the open tool-result message's blocks
     for index in range(start, len(history)):
@@ -315,7 +316,7 @@ def to_anthropic(history: Sequence[Message]) -> tuple[AnthropicSystem, list[dict
             results = [block]
             out.append(_with_extra({"role": "user", "content": results}, meta))
         elif role == "user":
-            content = _write_content(message.content)
+            content = content_to_anthropic(message.content)
             if results is not None and meta.get("joined"):
                 results.extend(
                     [{"type": "text", "text": content}] if isinstance(content, str) else content
@@ -344,49 +345,15 @@ def _with_extra(message: dict[str, Any], meta: Mapping[str, Any]) -> dict[str, A
     return message
 
 
-def _write_system(messages: Sequence[Message]) -> AnthropicSystem:
-    if not messages:
-        return None
-    if len(messages) == 1 and isinstance(messages[0].content, str):
-        return messages[0].content
-    blocks: list[dict[str, Any]] = []
-    for message in messages:
-        content = message.content
-        if isinstance(content, str):
-            if content:
-                blocks.append({"type": "text", "text": content})
-        elif content:
-            blocks.extend(_write_parts(content))
-    return blocks
-
-
-def _write_parts(parts: Sequence[Any]) -> list[dict[str, Any]]:
-    out = []
-    for part in parts:
-        block = part_to_dict(part)
-        if isinstance(part, ImagePart) and part.type == "image_url":
-            block = openai_image_to_anthropic(block)
-        out.append(block)
-    return out
-
-
-def _write_content(content: Content) -> str | list[dict[str, Any]]:
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    return _write_parts(content)
-
-
 def _write_assistant(message: Message, index: int, meta: Mapping[str, Any]) -> dict[str, Any]:
     content = message.content
     calls = message.tool_calls
     if not calls:
-        return {"role": "assistant", "content": _write_content(content)}
+        return {"role": "assistant", "content": content_to_anthropic(content)}
     if isinstance(content, str):
         parts = [{"type": "text", "text": content}] if content else []
     else:
-        parts = _write_parts(content) if content else []
+        parts = parts_to_anthropic(content) if content else []
     uses = [_write_tool_use(call, index, j) for j, call in enumerate(calls)]
     order = meta.get("order")
     if (
@@ -403,16 +370,7 @@ def _write_assistant(message: Message, index: int, meta: Mapping[str, Any]) -> d
 
 
 def _write_tool_use(call: ToolCall, index: int, j: int) -> dict[str, Any]:
-    arguments = call.arguments
-    try:
-        parsed = json.loads(arguments) if arguments.strip() else {}
-    except ValueError as exc:
-        raise FormatError(
-            f"tool-call arguments are not valid JSON ({exc}); Anthropic needs a JSON 'input'. "
-            "Fix or drop this tool call before converting",
-            index=index,
-            field=f"tool_calls[{j}].arguments",
-        ) from None
+    parsed = parse_arguments(call.arguments, index, j)
     block = {"type": "tool_use", "id": call.id, "name": call.name, "input": parsed}
     meta = extra_of(call).get(ANTHROPIC_KEY)
     if isinstance(meta, Mapping) and isinstance(meta.get("block"), Mapping):
@@ -429,7 +387,7 @@ def _write_tool_result(message: Message, index: int, meta: Mapping[str, Any]) ->
         )
     block: dict[str, Any] = {"type": "tool_result", "tool_use_id": message.tool_call_id}
     if message.content is not None:
-        block["content"] = _write_content(message.content)
+        block["content"] = content_to_anthropic(message.content)
     if "is_error" in meta:
         block["is_error"] = meta["is_error"]
     else:

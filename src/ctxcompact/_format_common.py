@@ -10,31 +10,40 @@ set the same attributes ``model_construct`` sets (``__dict__``, ``__pydantic_fie
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import json
+from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
-from ._messages import ANTHROPIC_KEY, ImagePart, Message, RawPart, TextPart, ToolCall
+from ._messages import ANTHROPIC_KEY, Content, ImagePart, Message, RawPart, TextPart, ToolCall
 from .exceptions import FormatError
 
 __all__ = [
     "ANTHROPIC_KEY",
     "JSON",
+    "AnthropicSystem",
     "anthropic_image_to_openai",
     "check_block",
+    "content_to_anthropic",
     "copy_json",
     "extra_of",
     "new_message",
     "new_part",
     "new_tool_call",
     "openai_image_to_anthropic",
+    "parse_arguments",
     "part_to_dict",
+    "parts_to_anthropic",
+    "system_to_anthropic",
     "type_name",
 ]
 
 JSON = Any
 """A JSON value as decoded by :mod:`json` (kept as ``Any``: it is recursive and open)."""
+
+AnthropicSystem = str | list[dict[str, Any]] | None
+"""Anthropic's ``system`` parameter: a string, a list of text blocks, or absent."""
 
 _M = TypeVar("_M", bound=BaseModel)
 _new = object.__new__
@@ -193,3 +202,54 @@ def anthropic_image_to_openai(block: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {"type": "image_url", "image_url": {"url": url}}
     out.update((k, v) for k, v in block.items() if k not in ("type", "source"))
     return out
+
+
+def system_to_anthropic(messages: Sequence[Message]) -> AnthropicSystem:
+    """Leading system messages as Anthropic's ``system``: a string for one string message."""
+    if not messages:
+        return None
+    if len(messages) == 1 and isinstance(messages[0].content, str):
+        return messages[0].content
+    blocks: list[dict[str, Any]] = []
+    for message in messages:
+        content = message.content
+        if isinstance(content, str):
+            if content:
+                blocks.append({"type": "text", "text": content})
+        elif content:
+            blocks.extend(parts_to_anthropic(content))
+    return blocks
+
+
+def parts_to_anthropic(parts: Sequence[Any]) -> list[dict[str, Any]]:
+    """Parts as Anthropic blocks (OpenAI ``image_url`` parts converted)."""
+    out = []
+    for part in parts:
+        block = part_to_dict(part)
+        if isinstance(part, ImagePart) and part.type == "image_url":
+            block = openai_image_to_anthropic(block)
+        out.append(block)
+    return out
+
+
+def content_to_anthropic(content: Content) -> str | list[dict[str, Any]]:
+    """Content as Anthropic content (``None`` becomes an empty string)."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    return parts_to_anthropic(content)
+
+
+def parse_arguments(arguments: str, index: int, j: int) -> JSON:
+    """Tool-call arguments as Anthropic's ``input``; empty arguments (some models send ``""``
+    for a call without parameters) become ``{}``."""
+    try:
+        return json.loads(arguments) if arguments.strip() else {}
+    except ValueError as exc:
+        raise FormatError(
+            f"tool-call arguments are not valid JSON ({exc}); Anthropic needs a JSON 'input'. "
+            "Fix or drop this tool call before converting",
+            index=index,
+            field=f"tool_calls[{j}].arguments",
+        ) from None
