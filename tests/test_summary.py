@@ -407,3 +407,31 @@ async def test_under_the_controller_a_failure_keeps_the_history_and_a_success_re
     assert working.last_event.status == "compacted"
     assert summary_text(out[1]) == "short summary"
     assert out[2] is history[8]
+
+
+async def test_when_short_items_do_not_fit_the_oldest_are_left_out_not_the_summary() -> None:
+    history = [user(SUMMARY_PREFIX + "EARLIER-SUMMARY")]
+    for k in range(400):
+        history += [user(f"question {k} " + "q" * 150), assistant(f"answer {k} " + "a" * 150)]
+    llm = ScriptedLLM("s")
+    await LLMSummary(llm, max_input_tokens=3_000).compact(make_ctx(history))
+    (request,) = llm.requests
+    text = request.messages[0].text
+    assert COUNTER.count([Message.system(request.system or ""), *request.messages]) <= 3_000
+    assert "[earlier summary]\nEARLIER-SUMMARY" in text
+    assert "older messages left out" in text
+    assert "question 0 " not in text
+    assert "answer 398 " in text  # the newest summarized message is there
+
+
+async def test_thinking_parts_of_the_answer_are_not_part_of_the_summary() -> None:
+    answer = Message.assistant(
+        [
+            {"type": "thinking", "thinking": "private musing", "signature": "sig"},
+            {"type": "text", "text": "Visible summary."},
+        ]
+    )
+    out = await LLMSummary(ScriptedLLM(answer)).compact(make_ctx(work_history()))
+    assert out is not None
+    assert summary_text(out[1]) == "Visible summary."
+    assert out[1].model_extra in (None, {})

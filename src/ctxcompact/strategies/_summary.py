@@ -78,6 +78,7 @@ _SHORTER = (
 )
 _MIN_ITEM_TOKENS = 48  # below this a cut item says nothing useful: omit old items instead
 _SYSTEM_ROLES = ("system", "developer")
+_EARLIER = "[earlier summary]"
 
 
 class LLMSummary:
@@ -280,7 +281,7 @@ def _render(messages: Sequence[Message]) -> list[str]:
     items: list[str] = []
     for i, msg in enumerate(messages):
         if _is_summary(msg):
-            items.append(f"[earlier summary]\n{msg.text[len(SUMMARY_PREFIX) :]}")
+            items.append(f"{_EARLIER}\n{msg.text[len(SUMMARY_PREFIX) :]}")
             continue
         if msg.role == "tool":
             error = ", error" if msg.is_error else ""
@@ -330,13 +331,16 @@ def _fit(items: list[str], budget: int, counter: TokenCounter) -> list[str]:
         for t, s in zip(items, sizes, strict=True)
     ]
     sizes = [counter.count_message(Message.user(t)) for t in fitted]
-    total, start = sum(sizes), 0
+    # An earlier summary stands for everything before it: the last thing to leave out.
+    first = 1 if fitted and fitted[0].startswith(_EARLIER) else 0
+    total, start = sum(sizes), first
     while total > budget and start < len(fitted) - 1:
         total -= sizes[start]
         start += 1
-    if start:
-        return [f"[{start} older messages left out: too long for the summarizer]", *fitted[start:]]
-    return fitted
+    if start == first:
+        return fitted
+    note = f"[{start - first} older messages left out: too long for the summarizer]"
+    return [*fitted[:first], note, *fitted[start:]]
 
 
 def _water_level(sizes: list[int], budget: int) -> int:
