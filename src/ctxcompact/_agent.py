@@ -1,0 +1,393 @@
+"""A small tool-calling agent whose history is kept inside the context window.
+
+The loop is the one every agent has (call the model, run the tools it asks for, repeat) with
+the compaction controller in front of each call: ``maybe_compact`` rewrites the stored history
+when it has grown too big, ``prepare_request`` applies the per-request transforms, and the
+provider's reported usage feeds back into the next decision. The full conversation is never
+lost: :attr:`Agent.transcript` keeps every message and every compaction event in order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
+
+from ._messages import Message, ToolCall
+from ._tools import ERROR_PREFIX, Tool, ToolLike, as_tool
+from .exceptions import ConfigError, ContextTooLongError, MaxStepsExceeded, UserError
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable, Sequence
+    from pathlib import Path
+
+    from ._contract import LLM, CompactionStrategy, Completion, ToolSpec
+    from ._controller import CompactionController, CompactionEvent
+    from ._tokens import TokenCounter
+    from .strategies._truncation import ToolResultTruncation
+
+__all__ = ["Agent", "CompactionRecord", "StopReason", "TranscriptEntry"]
+
+StopReason = Literal["answer", "length", "max_steps"]
+"""Why the last :meth:`Agent.run` ended: a final answer, an answer cut by ``max_tokens``
+even after asking once for a concise one, or the step budget."""
+
+CONTINUE_PROMPT = (
+    "[system] Your previous answer was cut off because it reached the maximum output length. "
+    "Give your answer again, more concisely."
+)
+"""Sent once per run when the model stops on ``finish_reason == "length"`` (seed 002, task 5)."""
+
+MAX_CONTEXT_RETRIES = 2
+"""How many times a context-too-long error triggers a forced compaction and a retry."""
+
+
+@dataclass(frozen=True, slots=True)
+class CompactionRecord:
+    """A compaction event in :attr:`Agent.transcript`, where it happened.
+
+    Attributes:
+        event: What the controller reported (strategy, trigger, status, tokens...).
+        history: The stored history right after the event when it was compacted (so the
+            summary or placeholders that replaced older messages are kept too), else ``None``.
+    """
+
+    event: CompactionEvent
+    history: tuple[Message, ...] | None = None
+
+
+TranscriptEntry = Message | CompactionRecord
+"""One entry of :attr:`Agent.transcript`."""
+
+
+class Agent:
+    """A tool-calling agent that compacts its history before every model call.
+
+    Args:
+        llm: The chat model (anything satisfying :class:`ctxcompact.LLM`).
+        tools: :class:`~ctxcompact.Tool` objects or typed functions (sync or async).
+        system_prompt: Sent as the first, system message of the history.
+        compaction: The strategy; ``None`` means KLIP-13's default, ``LLMSummary`` with ``llm``.
+        max_context_size: The model's window in tokens.
+        reserved_context_size: Tokens kept free for the answer and the next tool results;
+            compaction triggers when ``tokens + reserved >= max_context_size``.
+        trigger_ratio: Trigger at this fraction of the window instead, when given.
+        token_counter: Estimates tokens; the controller's default heuristic when ``None``.
+        transforms: Per-request strategies applied to each request, never to the stored
+            history (Schema 1 masking, a context guard...).
+        max_steps: The most model calls one :meth:`run` may make.
+        max_tokens: The output limit passed to every model call.
+        tool_result_truncation: Cuts each tool result on arrival into the history (the
+            transcript keeps it whole), e.g. ``ToolResultTruncation(max_chars=8000)``.
+        on_event: Called with each :class:`~ctxcompact.CompactionEvent` as it happens.
+        controller: A ready :class:`~ctxcompact.CompactionController` to use instead of
+            building one (then ``compaction`` and the size arguments must not be given).
+
+    Example:
+        >>> from ctxcompact.testing import ScriptedLLM
+        >>> agent = Agent(ScriptedLLM("Hello!"), max_context_size=8000)
+        >>> asyncio.run(agent.run("hi"))
+        'Hello!'
+    """
+
+    def __init__(
+        self,
+        llm: LLM,
+        *,
+        tools: Iterable[ToolLike] = (),
+        system_prompt: str | None = None,
+        compaction: CompactionStrategy | None = None,
+        max_context_size: int | None = None,
+        reserved_context_size: int | None = None,
+        trigger_ratio: float | None = None,
+        token_counter: TokenCounter | None = None,
+        transforms: Sequence[CompactionStrategy] = (),
+        max_steps: int = 50,
+        max_tokens: int | None = None,
+        tool_result_truncation: ToolResultTruncation | None = None,
+        on_event: Callable[[CompactionEvent], object] | None = None,
+        controller: CompactionController | None = None,
+    ) -> None:
+        if max_steps < 1:
+            raise UserError(f"max_steps must be at least 1, got {max_steps}")
+        self.llm = llm
+        self.tools: dict[str, Tool] = {}
+        for item in tools:
+            t = as_tool(item)
+            if t.name in self.tools:
+                raise UserError(f"two tools are named {t.name!r}; tool names must be unique")
+            self.tools[t.name] = t
+        self.system_prompt = system_prompt
+        self.max_steps = max_steps
+        self.max_tokens = max_tokens
+        self.tool_result_truncation = tool_result_truncation
+        self.on_event = on_event
+        self._pending: list[CompactionEvent] = []
+        if controller is not None:
+            given = {
+                "compaction": compaction,
+                "max_context_size": max_context_size,
+                "reserved_context_size": reserved_context_size,
+                "trigger_ratio": trigger_ratio,
+                "token_counter": token_counter,
+            }
+            clash = [k for k, v in given.items() if v is not None] + (
+                ["transforms"] if transforms else []
+            )
+            if clash:
+                raise UserError(
+                    f"pass either controller= or {', '.join(clash)}, not both: the controller "
+                    "already has its strategy and limits"
+                )
+            self.controller = controller
+            # The agent's transcript needs every event, also the ones of a ready controller.
+            previous = getattr(controller, "on_event", None)
+            controller.on_event = self._chain(previous)
+        else:
+            from ._controller import CompactionController
+
+            if compaction is None:
+                from .strategies._summary import LLMSummary
+
+                compaction = LLMSummary(llm)
+            self.controller = CompactionController(
+                compaction,
+                max_context_size=128_000 if max_context_size is None else max_context_size,
+                reserved_context_size=(
+                    50_000 if reserved_context_size is None else reserved_context_size
+                ),
+                trigger_ratio=trigger_ratio,
+                token_counter=token_counter,
+                llm=llm,
+                transforms=tuple(transforms),
+                on_event=self._record_event,
+            )
+        self.history: list[Message] = []
+        """What is sent to the model (after compaction); may be shorter than the transcript."""
+        self.transcript: list[TranscriptEntry] = []
+        """Every message ever added and every compaction event, in order. Never compacted."""
+        self.stop_reason: StopReason | None = None
+        self.steps = 0
+        """Model calls made by the last :meth:`run`."""
+        if system_prompt:
+            self._add(Message.system(system_prompt))
+
+    # -- construction from a config file ----------------------------------------------------
+
+    @classmethod
+    def from_config(
+        cls,
+        path: str | Path,
+        *,
+        llm: LLM | None = None,
+        tools: Iterable[ToolLike] = (),
+        on_event: Callable[[CompactionEvent], object] | None = None,
+    ) -> Agent:
+        """An agent configured by a TOML file (``[agent]``, ``[compaction]``...).
+
+        The model is ``llm`` when given, else built from ``[agent.llm]`` or, failing that,
+        ``[compaction.llm]``. The strategy named by ``[compaction] strategy`` is loaded with
+        the agent's LLM (``[compaction.llm]`` when set), token counter and config injected by
+        annotation, and ``[compaction.params]`` as keyword arguments.
+
+        Raises:
+            ConfigError: The file is invalid, or no LLM is given or configured.
+            StrategyLoadError: The strategy cannot be loaded.
+        """
+        from ._config import Config, load_config
+        from ._contract import LLM as LLMProtocol
+        from ._controller import CompactionController
+        from ._tokens import TokenCounter as TokenCounterProtocol
+        from ._tokens import counter_from_config
+        from .strategies._truncation import ToolResultTruncation
+
+        config = load_config(path)
+        if llm is None:
+            llm_config = config.agent.llm or config.compaction.llm
+            if llm_config is None:
+                raise ConfigError(
+                    "no model to talk to: add an [agent.llm] table (provider, model) or pass "
+                    "llm= to Agent.from_config",
+                    path=str(config.path or path),
+                    key="agent.llm",
+                )
+            from .llm import build_llm
+
+            llm = build_llm(llm_config)
+        # [compaction.llm] is a separate summarizer only when the agent has its own model
+        # from [agent.llm]; otherwise the agent's model (maybe the one passed in) summarizes.
+        summary_llm = llm
+        if config.compaction.llm is not None and config.agent.llm is not None:
+            from .llm import build_llm
+
+            summary_llm = build_llm(config.compaction.llm)
+        counter = counter_from_config(config.token_counting)
+        controller = CompactionController.from_config(
+            config,
+            llm=summary_llm,
+            token_counter=counter,
+            dependencies={LLMProtocol: summary_llm, TokenCounterProtocol: counter, Config: config},
+        )
+        truncation = config.tool_result_truncation
+        return cls(
+            llm,
+            tools=tools,
+            system_prompt=config.agent.system_prompt,
+            max_steps=config.agent.max_steps,
+            tool_result_truncation=(
+                ToolResultTruncation(
+                    max_chars=truncation.max_chars,
+                    head_chars=truncation.head_chars,
+                    tail_chars=truncation.tail_chars,
+                )
+                if truncation.enabled
+                else None
+            ),
+            on_event=on_event,
+            controller=controller,
+        )
+
+    # -- events -------------------------------------------------------------------------------
+
+    def _record_event(self, event: CompactionEvent) -> None:
+        self._pending.append(event)
+        if self.on_event is not None:
+            self.on_event(event)
+
+    def _chain(
+        self, previous: Callable[[CompactionEvent], object] | None
+    ) -> Callable[[CompactionEvent], None]:
+        if previous is None or previous == self._record_event:
+            return self._record_event
+
+        def both(event: CompactionEvent) -> None:
+            previous(event)
+            self._record_event(event)
+
+        return both
+
+    def _flush_events(self, compacted: bool) -> None:
+        for event in self._pending:
+            keep = compacted and event.status == "compacted"
+            self.transcript.append(CompactionRecord(event, tuple(self.history) if keep else None))
+        self._pending.clear()
+
+    # -- the loop -----------------------------------------------------------------------------
+
+    @property
+    def tool_specs(self) -> list[ToolSpec]:
+        """What the model is told about the tools."""
+        return [t.spec for t in self.tools.values()]
+
+    @property
+    def messages(self) -> list[Message]:
+        """Every message of the transcript (the full, uncompacted conversation)."""
+        return [e for e in self.transcript if isinstance(e, Message)]
+
+    def _add(self, *messages: Message) -> None:
+        self.history.extend(messages)
+        self.transcript.extend(messages)
+
+    async def run(self, user_input: str | Message) -> str:
+        """Add the user's input, loop until the model answers, and return the answer's text.
+
+        Raises:
+            MaxStepsExceeded: ``max_steps`` model calls were made and the model still asks
+                for tools. The history and transcript are complete; ``run`` may be called
+                again to go on.
+            ContextTooLongError: The provider still refused the request after two forced
+                compactions.
+            LLMError: Any other provider failure (after the adapter's own retries).
+        """
+        message = user_input if isinstance(user_input, Message) else Message.user(user_input)
+        self._add(message)
+        self.stop_reason = None
+        self.steps = 0
+        asked_to_continue = False
+        while True:
+            if self.steps >= self.max_steps:
+                self.stop_reason = "max_steps"
+                raise MaxStepsExceeded(
+                    f"the agent made {self.steps} model calls (max_steps={self.max_steps}) "
+                    "and the model is still calling tools; raise max_steps or call run() "
+                    "again to continue",
+                    steps=self.steps,
+                )
+            completion = await self.step()
+            if completion.message.tool_calls:
+                continue
+            if completion.finish_reason == "length" and not asked_to_continue:
+                asked_to_continue = True
+                self._add(Message.user(CONTINUE_PROMPT))
+                continue
+            self.stop_reason = "length" if completion.finish_reason == "length" else "answer"
+            return completion.message.text
+
+    async def step(self) -> Completion:
+        """One model call, then the tools it asked for. Returns the model's completion.
+
+        The assistant message and the tool results are added to the history and transcript.
+        """
+        completion = await self._call_model()
+        self.steps += 1
+        reply = completion.message
+        self._add(reply)
+        if completion.usage is not None:
+            self.controller.observe_usage(completion.usage, self.history)
+        if reply.tool_calls:
+            self._add_results(await self.run_tools(reply.tool_calls))
+        return completion
+
+    async def _call_model(self) -> Completion:
+        error: ContextTooLongError | None = None
+        for _ in range(MAX_CONTEXT_RETRIES + 1):
+            forced = error is not None
+            compacted = await self.controller.maybe_compact(self.history, force=forced)
+            changed = compacted is not self.history
+            if changed:
+                self.history = list(compacted)
+            self._flush_events(changed)
+            if error is not None and not changed:
+                # The forced compaction could not shrink the history: the same request
+                # would be refused again.
+                raise error
+            request = await self.controller.prepare_request(self.history)
+            self._flush_events(False)
+            try:
+                return await self.llm.complete(
+                    request, tools=self.tool_specs or None, max_tokens=self.max_tokens
+                )
+            except ContextTooLongError as exc:
+                # Reactive trigger: the provider knows its window better than our estimate.
+                error = exc
+        assert error is not None
+        raise error
+
+    async def run_tools(self, calls: Sequence[ToolCall]) -> list[Message]:
+        """Run the calls of one assistant message concurrently; one result message per call.
+
+        Unknown tools, invalid arguments and exceptions become error results (text starting
+        with ``"Error: "``) for the model to read; results come back in the order of the calls.
+        The results are returned as the tools produced them (not truncated).
+        """
+        results = await asyncio.gather(*(self._run_one(c) for c in calls))
+        return list(results)
+
+    async def _run_one(self, call: ToolCall) -> Message:
+        tool = self.tools.get(call.name)
+        if tool is None:
+            known = ", ".join(sorted(self.tools)) or "none"
+            text = f"{ERROR_PREFIX}unknown tool {call.name!r}; the available tools are: {known}"
+        else:
+            text = (await tool.call(call.arguments)).text
+        return Message.tool(call.id, text)
+
+    def _add_results(self, results: Sequence[Message]) -> None:
+        # The transcript keeps each result whole (it is the record for storage); the history
+        # gets it truncated on arrival when configured, since that is what the model sees.
+        self.transcript.extend(results)
+        truncation = self.tool_result_truncation
+        if truncation is None:
+            self.history.extend(results)
+        else:
+            self.history.extend(truncation.truncate_message(m) for m in results)
