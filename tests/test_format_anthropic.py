@@ -188,6 +188,34 @@ def test_strategy_edits_keep_the_layout() -> None:
     assert out[1]["content"] == [_result("a", "[hidden]"), _result("b", "[hidden]"), _text("more")]
 
 
+def test_text_before_tool_results_comes_back_after_them() -> None:
+    # The API rejects this order; the documented normalisation puts the results first.
+    messages = [
+        {"role": "assistant", "content": [_use("a")]},
+        {"role": "user", "content": [_text("first"), _result("a")]},
+    ]
+    history = from_anthropic(messages)
+    assert [m.role for m in history] == ["assistant", "tool", "user"]
+    assert to_anthropic(history)[1][1] == {
+        "role": "user",
+        "content": [_result("a"), _text("first")],
+    }
+
+
+def test_joined_user_message_stays_separate_when_its_results_were_removed() -> None:
+    messages = [
+        {"role": "user", "content": "go"},
+        {"role": "assistant", "content": [_use("a")]},
+        {"role": "user", "content": [_result("a"), _text("note")]},
+    ]
+    history = from_anthropic(messages)
+    dropped = [m for m in history if m.role != "tool" and not m.tool_calls]
+    assert to_anthropic(dropped)[1] == [
+        {"role": "user", "content": "go"},
+        {"role": "user", "content": [_text("note")]},
+    ]
+
+
 # -- OpenAI-made histories --------------------------------------------------------------------
 
 
