@@ -59,8 +59,17 @@ class HidingThenSummary:
         prompt: The summarizer's instructions.
 
     Example:
+        >>> import asyncio
+        >>> from ctxcompact import CompactionContext, Message, ToolCall
         >>> from ctxcompact.testing import ScriptedLLM
-        >>> strategy = HidingThenSummary(ScriptedLLM("Task: fix the bug."), preserve_recent_n=3)
+        >>> h = [Message.user("look")]
+        >>> for k in range(3):
+        ...     call = ToolCall(id=f"c{k}", name="cat", arguments="{}")
+        ...     h += [Message.assistant(None, tool_calls=[call]), Message.tool(f"c{k}", "x" * 3500)]
+        >>> ctx = CompactionContext(h, 3100, 4000, 1000, llm=ScriptedLLM())  # 3100 + 1000 >= 4000
+        >>> out = asyncio.run(HidingThenSummary(preserve_recent_n=1).compact(ctx))
+        >>> [len(m.text) for m in out if m.role == "tool"]  # ~2000 tokens saved: no summary
+        [32, 32, 3500]
     """
 
     def __init__(

@@ -107,8 +107,15 @@ class LLMSummary:
         system_prompt: The summarizer's system prompt (default :data:`SUMMARIZER_SYSTEM`).
 
     Example:
+        >>> import asyncio
+        >>> from ctxcompact import CompactionContext
         >>> from ctxcompact.testing import ScriptedLLM
-        >>> strategy = LLMSummary(ScriptedLLM("Task: fix the bug."), max_preserved_messages=1)
+        >>> h = [Message.user("fix the bug"), Message.assistant("fixed"),
+        ...      Message.user("thanks"), Message.assistant("welcome")]
+        >>> ctx = CompactionContext(h, 1000, 8000, 1000, llm=ScriptedLLM("Bug fixed."))
+        >>> [m.text.replace(SUMMARY_PREFIX, "<prefix>") for m in asyncio.run(
+        ...     LLMSummary().compact(ctx))]
+        ['<prefix>Bug fixed.', 'thanks', 'welcome']
     """
 
     def __init__(
@@ -210,7 +217,7 @@ class LLMSummary:
         if completion.finish_reason != "length":
             return _nonempty(text, completion)
         logger.info("summary cut at the output limit; asking for a shorter one")
-        shorter = _request_text(request) + _SHORTER.format(words=max(8, words // 2))
+        shorter = request[0].text + _SHORTER.format(words=max(8, words // 2))
         retry = await self._complete(llm, [Message.user(shorter)])
         retry_text = _answer_text(retry)
         if retry.finish_reason != "length":
@@ -365,10 +372,6 @@ def _head_tail(text: str, keep: int) -> str:
 def _request(items: list[str], instructions: str) -> list[Message]:
     transcript = "\n\n".join(items)
     return [Message.user(f"{transcript}\n\n---\n\n{instructions}")]
-
-
-def _request_text(request: list[Message]) -> str:
-    return request[0].text
 
 
 # -- reading the answer ------------------------------------------------------------------------
