@@ -490,7 +490,7 @@ def _requests(draw: st.DrawFn) -> tuple[Any, list[dict[str, Any]]]:
 
 
 @given(_requests())
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 def test_generated_requests_round_trip_exactly(request: tuple[Any, list[dict[str, Any]]]) -> None:
     system, messages = request
     history = _round_trip(messages, system=system)

@@ -76,7 +76,7 @@ def _first_bad_arguments(history: list[Message]) -> tuple[int, int] | None:
 
 
 @given(valid_histories(max_calls=4))
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=100, deadline=None)
 def test_generated_histories_keep_calls_and_texts(history: list[Message]) -> None:
     raw = to_openai(history)
     bad = _first_bad_arguments(history)

@@ -379,7 +379,7 @@ def _openai_message(draw: st.DrawFn) -> dict[str, Any]:
 
 
 @given(st.lists(_openai_message(), max_size=6))
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=100, deadline=None)
 def test_round_trip_is_exact_on_generated_lists(messages: list[dict[str, Any]]) -> None:
     original = copy.deepcopy(messages)
     assert to_openai(from_openai(messages)) == original
