@@ -115,3 +115,22 @@ async def test_every_trace_is_summarized_validly_and_saves_tokens(name: str) -> 
     after = COUNTER.count(out)
     print(f"{name}: {tokens} -> {after} tokens ({1 - after / tokens:.0%} saved)")
     assert after < tokens
+
+
+@pytest.mark.parametrize("name", trace_names())
+async def test_every_trace_through_hiding_then_summary_is_valid(name: str) -> None:
+    history = from_openai(load_trace(name))
+    tokens = COUNTER.count(history)
+    # A window the trace overflows by half: hiding alone rarely suffices, the summary follows.
+    window = tokens // 2 + 4_000
+    llm = ScriptedLLM(f"Summary of {name}.")
+    ctx = CompactionContext(history, tokens, window, 4_000, llm=llm)
+    out = await HidingThenSummary(max_summary_tokens=2_000).compact(ctx)
+    assert out is not None
+    assert kinds(out) <= kinds(history)
+    after = COUNTER.count(out)
+    path = "hiding+summary" if llm.requests else "hiding"
+    print(f"{name}: {tokens} -> {after} tokens via {path} ({1 - after / tokens:.0%} saved)")
+    assert after < tokens
+    if not llm.requests:
+        assert after + 4_000 < window  # hiding alone was judged enough, and it is
