@@ -13,7 +13,7 @@ when it is missing.
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from ..exceptions import AuthenticationError, ConfigError
 from ._retry import RetryCallback, RetryEvent
@@ -21,6 +21,7 @@ from ._retry import RetryCallback, RetryEvent
 if TYPE_CHECKING:
     import httpx2
 
+    from .._config import LLMConfig
     from .._contract import LLM
     from .anthropic import AnthropicLLM
     from .openai import OpenAIChatLLM
@@ -37,31 +38,11 @@ _ADAPTERS = {
 }
 
 
-class _LLMSettings(Protocol):
-    """The fields of ``LLMConfig`` that :func:`build_llm` reads."""
-
-    @property
-    def provider(self) -> str: ...
-    @property
-    def model(self) -> str: ...
-    @property
-    def base_url(self) -> str | None: ...
-    @property
-    def api_key_env(self) -> str | None: ...
-    @property
-    def timeout(self) -> float: ...
-    @property
-    def max_retries(self) -> int: ...
-    @property
-    def max_tokens(self) -> int | None: ...
-    def api_key(self) -> str | None: ...
-
-
 _DEFAULT_KEY_ENV = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY"}
 
 
 def build_llm(
-    llm_config: _LLMSettings,
+    llm_config: LLMConfig,
     *,
     on_retry: RetryCallback | None = None,
     http_client: httpx2.AsyncClient | None = None,
@@ -83,10 +64,9 @@ def build_llm(
         ConfigError: an unknown provider.
 
     Example:
-        >>> from types import SimpleNamespace
-        >>> cfg = SimpleNamespace(provider="openai", model="llama", base_url="http://127.0.0.1:8080/v1",
-        ...     api_key_env="NO_SUCH_VAR", timeout=30.0, max_retries=1, max_tokens=512,
-        ...     api_key=lambda: None)
+        >>> from ctxcompact._config import LLMConfig
+        >>> cfg = LLMConfig(provider="openai", model="llama", base_url="http://127.0.0.1:8080/v1",
+        ...     api_key_env="NO_SUCH_VAR")
         >>> build_llm(cfg)
         OpenAIChatLLM(model='llama', base_url='http://127.0.0.1:8080/v1/')
     """
