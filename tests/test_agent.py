@@ -146,6 +146,15 @@ async def test_a_failing_tool_becomes_an_error_result_and_the_loop_goes_on() -> 
         "Error: tool 'fetch' failed: ConnectionError: cannot reach http://x",
         "2",
     ]
+    failed, ok = agent.history[2:4]
+    assert failed.is_error
+    assert not ok.is_error
+    # Anthropic gets the flag; the OpenAI wire format does not carry it.
+    from ctxcompact import to_anthropic, to_openai
+
+    blocks = to_anthropic(agent.history)[1][2]["content"]
+    assert [b.get("is_error") for b in blocks] == [True, None]
+    assert "is_error" not in json.dumps(to_openai(agent.history))
 
 
 async def test_invalid_arguments_go_back_to_the_model_which_can_retry() -> None:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
 from ._messages import Message, ToolCall
-from ._tools import ERROR_PREFIX, Tool, ToolLike, as_tool
+from ._tools import ERROR_PREFIX, Tool, ToolLike, ToolResult, as_tool
 from .exceptions import ConfigError, ContextTooLongError, MaxStepsExceeded, UserError
 
 if TYPE_CHECKING:
@@ -377,10 +377,19 @@ class Agent:
         tool = self.tools.get(call.name)
         if tool is None:
             known = ", ".join(sorted(self.tools)) or "none"
-            text = f"{ERROR_PREFIX}unknown tool {call.name!r}; the available tools are: {known}"
+            result = ToolResult(
+                f"{ERROR_PREFIX}unknown tool {call.name!r}; the available tools are: {known}",
+                is_error=True,
+            )
         else:
-            text = (await tool.call(call.arguments)).text
-        return Message.tool(call.id, text)
+            result = await tool.call(call.arguments)
+        if not result.is_error:
+            return Message.tool(call.id, result.text)
+        # Flagged for Anthropic's is_error (the OpenAI wire format never carries this key),
+        # and for strategies that keep error results (Message.is_error).
+        return Message(
+            role="tool", tool_call_id=call.id, content=result.text, anthropic={"is_error": True}
+        )
 
     def _add_results(self, results: Sequence[Message]) -> None:
         # The transcript keeps each result whole (it is the record for storage); the history
