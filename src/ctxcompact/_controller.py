@@ -434,21 +434,29 @@ class CompactionController:
 
 
 def _transforms_from_config(config: Config) -> list[CompactionStrategy]:
+    from .strategies._schema1 import Schema1Masking
+    from .strategies._truncation import ToolResultTruncation
+
     transforms: list[CompactionStrategy] = []
+    where = str(config.path) if config.path else None
     truncation = config.tool_result_truncation
-    if truncation.enabled:
-        from .strategies._truncation import ToolResultTruncation
-
-        transforms.append(
-            ToolResultTruncation(
-                max_chars=truncation.max_chars,
-                head_chars=truncation.head_chars,
-                tail_chars=truncation.tail_chars,
-            )
-        )
     schema1 = config.observation_masking.schema1
-    if schema1.enabled:
-        from .strategies._schema1 import Schema1Masking
-
-        transforms.append(Schema1Masking(**schema1.model_dump()))
+    try:
+        if truncation.enabled:
+            table = "tool_result_truncation"
+            transforms.append(
+                ToolResultTruncation(
+                    max_chars=truncation.max_chars,
+                    head_chars=truncation.head_chars,
+                    tail_chars=truncation.tail_chars,
+                )
+            )
+        if schema1.enabled:
+            table = "observation_masking.schema1"
+            transforms.append(Schema1Masking(**schema1.model_dump()))
+    except ConfigError as exc:
+        # The strategy names its own parameter; say which table of the file it is in.
+        message = str(exc).split(": ", 1)[-1] if exc.key else str(exc)
+        key = f"{table}.{exc.key}" if exc.key else table
+        raise ConfigError(message, path=where, key=key) from exc
     return transforms

@@ -1,0 +1,559 @@
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Sequence
+
+import pytest
+
+from ctxcompact import (
+    CompactionContext,
+    CompactionController,
+    CompactionEvent,
+    HeuristicTokenCounter,
+    Message,
+    TiktokenCounter,
+    Usage,
+    check_history,
+    from_openai,
+)
+from ctxcompact._config import Config
+from ctxcompact.exceptions import ConfigError, StrategyLoadError
+from ctxcompact.testing import FunctionStrategy, ScriptedLLM
+from tests.gen import assistant, call, system, tool, user
+from tests.traces import load_trace
+
+
+class Fixed:
+    """A counter where every message costs ``per`` tokens; counts count_message calls."""
+
+    def __init__(self, per: int = 10) -> None:
+        self.per = per
+        self.calls = 0
+
+    def count(self, messages: Iterable[Message]) -> int:
+        return sum(self.count_message(m) for m in messages)
+
+    def count_message(self, message: Message) -> int:
+        self.calls += 1
+        return self.per
+
+
+def users(n: int) -> list[Message]:
+    return [user(f"m{i}") for i in range(n)]
+
+
+def keep_last(k: int) -> FunctionStrategy:
+    return FunctionStrategy(lambda ctx: list(ctx.history[-k:]), name=f"keep_last_{k}")
+
+
+def make(
+    strategy: object = None, **kw: object
+) -> tuple[CompactionController, list[CompactionEvent]]:
+    events: list[CompactionEvent] = []
+    kw.setdefault("token_counter", Fixed())
+    kw.setdefault("max_context_size", 100)
+    kw.setdefault("reserved_context_size", 20)
+    controller = CompactionController(
+        strategy or keep_last(2),  # type: ignore[arg-type]
+        on_event=events.append,
+        **kw,  # type: ignore[arg-type]
+    )
+    return controller, events
+
+
+# -- counting and the trigger -------------------------------------------------------------------
+
+
+def test_trigger_boundary_is_exact() -> None:
+    controller, _ = make()  # fires when 10 * n + 20 >= 100, i.e. n >= 8
+    assert controller.token_count(users(7)) == 70
+    assert not controller.should_compact(users(7))
+    assert controller.should_compact(users(8))
+
+
+def test_ratio_rule_fires_before_the_threshold() -> None:
+    controller, _events = make(max_context_size=1000, reserved_context_size=100, trigger_ratio=0.5)
+    assert not controller.should_compact(users(49))  # 490 < 500, 490 + 100 < 1000
+    assert controller.should_compact(users(50))
+    plain, _ = make(max_context_size=1000, reserved_context_size=100)
+    assert not plain.should_compact(users(50))
+
+
+async def test_event_names_the_trigger() -> None:
+    controller, events = make(max_context_size=1000, reserved_context_size=100, trigger_ratio=0.5)
+    await controller.maybe_compact(users(50))
+    assert events[-1].trigger == "ratio"
+    await controller.maybe_compact(users(95))
+    assert events[-1].trigger == "threshold"
+    await controller.maybe_compact(users(3), force=True)
+    assert events[-1].trigger == "forced"
+
+
+def test_usage_plus_estimate_of_appended_messages() -> None:
+    controller, _ = make()
+    history = users(3)
+    controller.observe_usage(Usage(input_tokens=500, output_tokens=7), history)
+    assert controller.token_count(history) == 507
+    history.append(tool("x", "result"))
+    history.append(user("more"))
+    assert controller.token_count(history) == 527
+
+
+def test_usage_with_no_tokens_is_ignored() -> None:
+    controller, _ = make()
+    controller.observe_usage(Usage(), users(3))
+    assert controller.token_count(users(3)) == 30
+
+
+def test_usage_dropped_when_history_is_not_an_extension() -> None:
+    controller, _ = make()
+    history = users(5)
+    controller.observe_usage(Usage(input_tokens=900), history)
+    assert controller.token_count(history) == 900
+    other = [user("different"), *history[1:]]  # first message replaced
+    assert controller.token_count(other) == 50
+    assert controller.token_count(history[:3]) == 30  # shorter: recounted
+
+
+def test_cost_is_proportional_to_new_messages() -> None:
+    counter = Fixed()
+    controller, _ = make(token_counter=counter)
+    history = users(1000)
+    controller.token_count(history)
+    assert counter.calls == 1000
+    for i in range(5):
+        history.append(user(f"new{i}"))
+        controller.token_count(history)
+    assert counter.calls == 1005
+    controller.token_count(history)  # nothing new: nothing counted
+    assert counter.calls == 1005
+
+
+def test_equal_copy_of_history_counts_as_extension() -> None:
+    # The proxy parses each request afresh: equal messages, new objects.
+    counter = Fixed()
+    controller, _ = make(token_counter=counter)
+    raw = load_trace("taubench-gpt4o-airline__task11_trial0")
+    controller.token_count(from_openai(raw[:20]))
+    controller.token_count(from_openai(raw[:22]))
+    assert counter.calls == 22
+
+
+# -- maybe_compact -------------------------------------------------------------------------------
+
+
+async def test_below_threshold_returns_the_input_object_and_no_event() -> None:
+    strategy = keep_last(1)
+    controller, events = make(strategy)
+    history = users(3)
+    assert await controller.maybe_compact(history) is history
+    assert strategy.calls == []
+    assert events == []
+
+
+async def test_compaction_replaces_history_and_reports() -> None:
+    llm = ScriptedLLM()
+    strategy = keep_last(2)
+    controller, events = make(strategy, llm=llm)
+    history = users(9)
+    snapshot = list(history)
+    out = await controller.maybe_compact(history)
+    assert [m.text for m in out] == ["m7", "m8"]
+    assert history == snapshot  # input untouched
+    ctx = strategy.calls[0]
+    assert isinstance(ctx, CompactionContext)
+    assert (ctx.token_count, ctx.max_context_size, ctx.reserved_context_size) == (90, 100, 20)
+    assert ctx.llm is llm
+    assert ctx.token_counter is controller.token_counter
+    (event,) = events
+    assert event.status == "compacted"
+    assert (event.tokens_before, event.tokens_after) == (90, 20)
+    assert (event.messages_before, event.messages_after, event.messages_rewritten) == (9, 2, 7)
+    assert event.strategy == "keep_last_2"
+    assert controller.last_event is event
+    assert event.duration_s >= 0
+
+
+async def test_usage_baseline_reset_after_compaction() -> None:
+    controller, _ = make()
+    history = users(9)
+    controller.observe_usage(Usage(input_tokens=95), history)
+    out = await controller.maybe_compact(history)
+    assert controller.token_count(out) == 20  # estimated, not 95 + anything
+
+
+async def test_noop_returns_input_object() -> None:
+    for fn in (lambda ctx: None, lambda ctx: ctx.history, lambda ctx: list(ctx.history)):
+        controller, events = make(FunctionStrategy(fn))
+        history = users(9)
+        assert await controller.maybe_compact(history) is history
+        assert events[-1].status == "noop"
+
+
+async def test_async_strategy_function() -> None:
+    async def drop_first(ctx: CompactionContext) -> Sequence[Message]:
+        return list(ctx.history[1:])
+
+    controller, _ = make(FunctionStrategy(drop_first))
+    assert len(await controller.maybe_compact(users(9))) == 8
+
+
+async def test_output_breaking_tool_pairing_is_rejected_and_original_kept() -> None:
+    history = [
+        system("s"),
+        user("go"),
+        assistant(None, call("a"), call("b")),
+        tool("a"),
+        tool("b"),
+        *users(6),
+    ]
+    assert check_history(history) == []
+    drop_call = FunctionStrategy(lambda ctx: [m for m in ctx.history if m.role != "assistant"])
+    controller, events = make(drop_call)
+    assert await controller.maybe_compact(history) is history
+    assert events[-1].status == "rejected"
+    assert "orphan_result" in (events[-1].error or "")
+    assert events[-1].messages_after == len(history)
+
+
+async def test_input_with_problems_can_still_be_compacted() -> None:
+    broken = [tool("orphan", "x"), *users(8)]  # already has an orphan
+    controller, events = make(
+        FunctionStrategy(lambda ctx: list(ctx.history[:1]) + list(ctx.history[-2:]))
+    )
+    out = await controller.maybe_compact(broken)
+    assert events[-1].status == "compacted"
+    assert len(out) == 3
+
+
+@pytest.mark.parametrize(
+    ("output", "reason"),
+    [("not messages", "str"), ([1, 2], "output item 0"), ([], "empty history")],
+)
+async def test_output_that_is_not_a_history_is_rejected(output: object, reason: str) -> None:
+    controller, events = make(FunctionStrategy(lambda ctx: output))  # type: ignore[arg-type,return-value]
+    history = users(9)
+    assert await controller.maybe_compact(history) is history
+    assert events[-1].status == "rejected"
+    assert reason in (events[-1].error or "")
+
+
+async def test_strategy_raising_keeps_the_original() -> None:
+    def boom(ctx: CompactionContext) -> None:
+        raise RuntimeError("LLM down")
+
+    controller, events = make(FunctionStrategy(boom))
+    history = users(9)
+    assert await controller.maybe_compact(history) is history
+    assert events[-1].status == "failed"
+    assert events[-1].error == "RuntimeError: LLM down"
+
+
+async def test_strategy_cannot_mutate_the_callers_list() -> None:
+    def mutate(ctx: CompactionContext) -> None:
+        ctx.history.clear()  # type: ignore[attr-defined]
+
+    controller, events = make(FunctionStrategy(mutate))
+    history = users(9)
+    assert await controller.maybe_compact(history) is history
+    assert len(history) == 9
+    assert events[-1].status == "failed"
+
+
+async def test_callback_exception_is_logged_not_raised(caplog: pytest.LogCaptureFixture) -> None:
+    def bad(event: CompactionEvent) -> None:
+        raise ValueError("callback bug")
+
+    controller = CompactionController(
+        keep_last(2),
+        max_context_size=100,
+        reserved_context_size=20,
+        token_counter=Fixed(),
+        on_event=bad,
+    )
+    with caplog.at_level(logging.ERROR, logger="ctxcompact.controller"):
+        out = await controller.maybe_compact(users(9))
+    assert len(out) == 2
+    assert "on_event callback raised" in caplog.text
+
+
+async def test_logging_levels(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG, logger="ctxcompact.controller")
+    controller, _ = make(keep_last(2))
+    await controller.maybe_compact(users(9))
+    dropped = caplog.records[-1]
+    assert dropped.levelno == logging.WARNING
+    assert "9 -> 2 messages" in dropped.getMessage()
+    assert "7 messages dropped or rewritten" in dropped.getMessage()
+
+    noop, _ = make(FunctionStrategy(lambda ctx: None))
+    await noop.maybe_compact(users(9))
+    assert caplog.records[-1].levelno == logging.INFO
+    assert "noop" in caplog.records[-1].getMessage()
+
+    def boom(ctx: CompactionContext) -> None:
+        raise RuntimeError("x")
+
+    failing, _ = make(FunctionStrategy(boom))
+    await failing.maybe_compact(users(9))
+    assert caplog.records[-1].levelno == logging.WARNING
+    assert "failed" in caplog.records[-1].getMessage()
+
+
+# -- loop guards -----------------------------------------------------------------------------------
+
+
+async def test_min_progress_guard_skips_until_history_grows() -> None:
+    strategy = FunctionStrategy(lambda ctx: None)
+    controller, events = make(
+        strategy, max_context_size=1000, reserved_context_size=900, min_progress=0.1
+    )
+    history = users(10)  # 100 tokens: fires
+    await controller.maybe_compact(history)
+    assert [e.status for e in events] == ["noop"]
+    await controller.maybe_compact(history)  # unchanged: wait
+    assert events[-1].status == "skipped"
+    assert len(strategy.calls) == 1
+    history += users(1)  # 110 tokens: grown by 10% since the attempt
+    await controller.maybe_compact(history)
+    assert events[-1].status == "noop"
+    assert len(strategy.calls) == 2
+
+
+async def test_small_saving_counts_as_low_progress() -> None:
+    strategy = FunctionStrategy(lambda ctx: list(ctx.history[1:]))  # saves 1 of 20 = 5%
+    controller, events = make(strategy, max_context_size=1000, reserved_context_size=900)
+    out = await controller.maybe_compact(users(20))
+    assert events[-1].status == "compacted"
+    assert len(out) == 19
+    stored = list(out)
+    assert await controller.maybe_compact(stored) is stored
+    assert events[-1].status == "skipped"
+    assert len(strategy.calls) == 1
+
+
+async def test_circuit_opens_after_consecutive_failures_and_force_still_runs() -> None:
+    llm = ScriptedLLM()
+    attempts: list[int] = []
+
+    def flaky(ctx: CompactionContext) -> Sequence[Message]:
+        attempts.append(1)
+        if len(attempts) <= 3:
+            raise RuntimeError("down")
+        return list(ctx.history[-2:])
+
+    controller, events = make(FunctionStrategy(flaky), max_failures=3, llm=llm)
+    history = users(9)
+    for _ in range(4):
+        await controller.maybe_compact(history)
+    assert [e.status for e in events] == ["failed", "failed", "failed", "circuit_open"]
+    assert "circuit now open" in (events[2].error or "")
+    assert len(attempts) == 3
+    out = await controller.maybe_compact(history, force=True)
+    assert events[-1].status == "compacted"
+    assert len(out) == 2
+    # closed again: a triggered run works
+    assert len(await controller.maybe_compact(users(9))) == 2
+    assert events[-1].status == "compacted"
+
+
+async def test_rejections_count_as_failures() -> None:
+    controller, events = make(FunctionStrategy(lambda ctx: [tool("zz")]), max_failures=2)
+    for _ in range(3):
+        await controller.maybe_compact(users(9))
+    assert [e.status for e in events] == ["rejected", "rejected", "circuit_open"]
+
+
+async def test_reset_closes_the_circuit() -> None:
+    def boom(ctx: CompactionContext) -> None:
+        raise RuntimeError("x")
+
+    controller, events = make(FunctionStrategy(boom), max_failures=1)
+    await controller.maybe_compact(users(9))
+    await controller.maybe_compact(users(9))
+    assert events[-1].status == "circuit_open"
+    controller.reset()
+    await controller.maybe_compact(users(9))
+    assert events[-1].status == "failed"
+
+
+async def test_force_runs_below_the_threshold() -> None:
+    controller, events = make(keep_last(1))
+    out = await controller.maybe_compact(users(2), force=True)
+    assert [m.text for m in out] == ["m1"]
+    assert events[-1].trigger == "forced"
+
+
+# -- prepare_request -------------------------------------------------------------------------------
+
+
+async def test_prepare_request_applies_transforms_in_order_and_keeps_history() -> None:
+    upper = FunctionStrategy(lambda ctx: [m.replace(content=m.text.upper()) for m in ctx.history])
+    exclaim = FunctionStrategy(lambda ctx: [m.replace(content=m.text + "!") for m in ctx.history])
+    controller, _ = make(transforms=[upper, FunctionStrategy(lambda ctx: None), exclaim])
+    history = users(3)
+    sent = await controller.prepare_request(history)
+    assert [m.text for m in sent] == ["M0!", "M1!", "M2!"]
+    assert [m.text for m in history] == ["m0", "m1", "m2"]
+    assert sent is not history
+
+
+async def test_prepare_request_skips_a_failing_or_breaking_transform(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    def boom(ctx: CompactionContext) -> None:
+        raise RuntimeError("bad transform")
+
+    breaking = FunctionStrategy(lambda ctx: [m for m in ctx.history if m.role != "assistant"])
+    controller, _ = make(transforms=[FunctionStrategy(boom), breaking])
+    history = [user("go"), assistant(None, call("a")), tool("a")]
+    with caplog.at_level(logging.WARNING, logger="ctxcompact.controller"):
+        sent = await controller.prepare_request(history)
+    assert sent == history
+    assert "bad transform" in caplog.text
+    assert "rejected" in caplog.text
+
+
+async def test_prepare_request_without_transforms_is_a_copy() -> None:
+    controller, _ = make()
+    history = users(2)
+    sent = await controller.prepare_request(history)
+    assert sent == history
+    assert sent is not history
+
+
+# -- construction and config ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "key"),
+    [
+        ({"max_context_size": 0}, "max_context_size"),
+        ({"reserved_context_size": 100}, "reserved_context_size"),
+        ({"trigger_ratio": 1.5}, "trigger_ratio"),
+        ({"min_progress": 1.0}, "min_progress"),
+        ({"max_failures": 0}, "max_failures"),
+    ],
+)
+def test_bad_limits_are_config_errors(kwargs: dict[str, object], key: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        make(**kwargs)
+    assert info.value.key == key
+
+
+def config(**compaction: object) -> Config:
+    return Config.model_validate({"compaction": compaction})
+
+
+def test_from_config_missing_max_context_size() -> None:
+    with pytest.raises(ConfigError) as info:
+        CompactionController.from_config(config(), strategy=keep_last(1))
+    assert info.value.key == "compaction.max_context_size"
+    controller = CompactionController.from_config(
+        config(), strategy=keep_last(1), max_context_size=90_000
+    )
+    assert controller.max_context_size == 90_000
+
+
+def test_from_config_loads_strategy_with_params_and_limits() -> None:
+    cfg = config(
+        strategy="tool-result-hiding",
+        max_context_size=200_000,
+        reserved_context_size=1000,
+        trigger_ratio=0.8,
+        min_progress=0.2,
+        max_failures=5,
+        params={"preserve_recent_n": 2},
+    )
+    controller = CompactionController.from_config(cfg)
+    from ctxcompact.strategies import ToolResultHiding
+
+    assert isinstance(controller.strategy, ToolResultHiding)
+    assert controller.strategy.preserve_recent_n == 2
+    assert (controller.max_context_size, controller.reserved_context_size) == (200_000, 1000)
+    assert (controller.trigger_ratio, controller.min_progress, controller.max_failures) == (
+        0.8,
+        0.2,
+        5,
+    )
+    assert isinstance(controller.token_counter, HeuristicTokenCounter)
+    assert controller.transforms == ()
+
+
+def test_from_config_injects_llm_and_builds_transforms_and_counter() -> None:
+    llm = ScriptedLLM()
+    cfg = Config.model_validate(
+        {
+            "compaction": {"strategy": "llm-summary", "max_context_size": 100_000},
+            "observation_masking": {"schema1": {"enabled": True, "window_turns": 3}},
+            "tool_result_truncation": {"enabled": True, "max_chars": 10_000},
+            "token_counting": {"method": "tiktoken"},
+        }
+    )
+    events: list[CompactionEvent] = []
+    controller = CompactionController.from_config(cfg, llm=llm, on_event=events.append)
+    assert controller.llm is llm
+    assert getattr(controller.strategy, "llm", None) is llm
+    names = [type(t).__name__ for t in controller.transforms]
+    assert names == ["ToolResultTruncation", "Schema1Masking"]
+    assert controller.transforms[0].max_chars == 10_000  # type: ignore[attr-defined]
+    assert isinstance(controller.token_counter, TiktokenCounter)
+    assert controller.on_event == events.append
+
+
+def test_from_config_transform_error_names_the_table() -> None:
+    cfg = Config.model_validate(
+        {
+            "compaction": {"max_context_size": 100_000},
+            "tool_result_truncation": {"enabled": True, "max_chars": 1000},
+        }
+    )
+    with pytest.raises(ConfigError) as info:
+        CompactionController.from_config(cfg, strategy=keep_last(1))
+    assert info.value.key == "tool_result_truncation.head_chars"
+    assert str(info.value).count("head_chars") >= 2
+
+
+def test_from_config_bad_strategy_is_a_load_error() -> None:
+    with pytest.raises(StrategyLoadError):
+        CompactionController.from_config(config(strategy="no.such.module:X", max_context_size=10))
+
+
+async def test_from_config_transforms_mask_old_results_in_requests_only() -> None:
+    cfg = Config.model_validate(
+        {
+            "compaction": {"max_context_size": 10_000_000},
+            "observation_masking": {"schema1": {"enabled": True, "window_turns": 1}},
+        }
+    )
+    controller = CompactionController.from_config(cfg, strategy=keep_last(1))
+    history = from_openai(load_trace("msa-gemini3pro__astropy__astropy-12907"))
+    sent = await controller.prepare_request(history)
+    assert len(sent) == len(history)
+    pairs = enumerate(zip(history, sent, strict=True))
+    changed = [i for i, (a, b) in pairs if a.content != b.content]
+    assert changed
+    assert all(history[i].role == "tool" for i in changed)
+    assert check_history(sent) == []
+    assert history == from_openai(load_trace("msa-gemini3pro__astropy__astropy-12907"))
+
+
+@pytest.mark.parametrize(
+    "name", ["claudecode__fa812bfe__precompact", "taubench-gpt4o-airline__task3_trial0"]
+)
+async def test_real_strategy_on_a_trace_through_the_controller(name: str) -> None:
+    from ctxcompact.strategies import ToolResultHiding
+
+    history = from_openai(load_trace(name))
+    controller, events = make(
+        ToolResultHiding(preserve_recent_n=2),
+        token_counter=HeuristicTokenCounter(),
+        max_context_size=10_000,
+        reserved_context_size=5_000,
+    )
+    out = await controller.maybe_compact(history)
+    assert events[-1].status == "compacted"
+    assert check_history(out) == []
+    assert len(out) == len(history)
+    assert events[-1].tokens_after < events[-1].tokens_before
+    assert controller.token_count(out) == events[-1].tokens_after
