@@ -416,6 +416,10 @@ def test_invalid_input_names_index_and_field(
     assert info.value.index == index
     assert info.value.field == field
     assert words in str(info.value)
+    if index is not None:
+        assert f"message {index}" in str(info.value)
+    if field is not None:
+        assert repr(field) in str(info.value)
 
 
 # -- property: generated Anthropic requests round trip exactly --------------------------------

@@ -317,6 +317,8 @@ def test_invalid_input_names_index_and_field(
     assert words in str(info.value)
     if index is not None:
         assert f"message {index}" in str(info.value)
+    if field is not None:
+        assert repr(field) in str(info.value)
 
 
 def test_to_openai_rejects_non_messages() -> None:
