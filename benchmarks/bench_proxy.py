@@ -1,0 +1,181 @@
+"""Latency the proxy adds, and its throughput, on loopback.
+
+The fake upstream and the proxy each run in their own process (uvicorn, one worker), so the
+client, the proxy and the upstream do not share a GIL. For requests of 20 and 200 messages
+it sends the same request straight to the upstream and through the proxy, alternating, and
+prints p50/p99 of both and of the difference; then requests per second through the proxy with
+16 concurrent clients. Bounded: a fixed number of requests, loopback only.
+
+    .venv/bin/python benchmarks/bench_proxy.py [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import multiprocessing as mp
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from tests.proxy_servers import FakeUpstream, free_port  # noqa: E402
+
+
+def _run_upstream(port: int) -> None:
+    import uvicorn
+
+    uvicorn.run(FakeUpstream().app(), host="127.0.0.1", port=port, log_level="error")
+
+
+def _run_proxy(config_path: str, port: int) -> None:
+    import uvicorn
+
+    from ctxcompact import load_config
+    from ctxcompact.proxy import create_app
+
+    app = create_app(load_config(config_path))
+    uvicorn.run(app, host="127.0.0.1", port=port, log_level="error")
+
+
+def _wait(url: str) -> None:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            httpx.get(url, timeout=1)
+            return
+        except httpx.HTTPError:
+            time.sleep(0.05)
+    raise RuntimeError(f"{url} did not come up")
+
+
+def history(n_messages: int) -> list[dict[str, Any]]:
+    messages: list[dict[str, Any]] = [
+        {"role": "system", "content": "You are a coding agent."},
+        {"role": "user", "content": "Fix the failing test in the parser module."},
+    ]
+    i = 0
+    while len(messages) < n_messages:
+        messages.append(
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {
+                        "id": f"call_{i}",
+                        "type": "function",
+                        "function": {"name": "bash", "arguments": json.dumps({"cmd": f"cat {i}"})},
+                    }
+                ],
+            }
+        )
+        messages.append({"role": "tool", "tool_call_id": f"call_{i}", "content": "x = 1\n" * 60})
+        i += 1
+    return messages[:n_messages]
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def latency(upstream: str, proxy: str, n_messages: int, rounds: int) -> None:
+    body = json.dumps({"model": "m", "messages": history(n_messages)}).encode()
+    direct: list[float] = []
+    proxied: list[float] = []
+    with httpx.Client(timeout=30) as client:
+        for _ in range(10):  # warm up both paths and their connection pools
+            client.post(f"{upstream}/v1/chat/completions", content=body)
+            client.post(f"{proxy}/v1/chat/completions", content=body)
+        for _ in range(rounds):
+            t0 = time.perf_counter()
+            client.post(f"{upstream}/v1/chat/completions", content=body).raise_for_status()
+            t1 = time.perf_counter()
+            client.post(f"{proxy}/v1/chat/completions", content=body).raise_for_status()
+            t2 = time.perf_counter()
+            direct.append((t1 - t0) * 1000)
+            proxied.append((t2 - t1) * 1000)
+    added = [p - d for p, d in zip(proxied, direct, strict=True)]
+    print(
+        f"{n_messages:>4} msgs ({len(body) / 1024:6.1f} KiB)"
+        f" | direct p50 {percentile(direct, 0.5):6.2f}"
+        f" p99 {percentile(direct, 0.99):6.2f} ms | via proxy p50 {percentile(proxied, 0.5):6.2f}"
+        f" p99 {percentile(proxied, 0.99):6.2f} ms | added p50 {percentile(added, 0.5):6.2f}"
+        f" p99 {percentile(added, 0.99):6.2f} ms | ratio p50 "
+        f"{statistics.median(proxied) / statistics.median(direct):.2f}x"
+    )
+
+
+async def throughput(url: str, n_messages: int, total: int, concurrency: int = 16) -> float:
+    body = json.dumps({"model": "m", "messages": history(n_messages)}).encode()
+    queue = list(range(total))
+    async with httpx.AsyncClient(timeout=60) as client:
+
+        async def worker() -> None:
+            while queue:
+                queue.pop()
+                r = await client.post(f"{url}/v1/chat/completions", content=body)
+                r.raise_for_status()
+
+        t0 = time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        return total / (time.perf_counter() - t0)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="few requests (CI smoke run)")
+    args = parser.parse_args()
+    rounds, total = (30, 100) if args.quick else (300, 1000)
+
+    up_port, proxy_port = free_port(), free_port()
+    upstream, proxy = f"http://127.0.0.1:{up_port}", f"http://127.0.0.1:{proxy_port}"
+    config = Path(__file__).with_name(".bench_proxy.toml")
+    # A window large enough that no request triggers compaction: this measures the proxy's
+    # own cost (parse, count, decide, re-serialise only when changed, forward, relay).
+    config.write_text(
+        "[compaction]\n"
+        'strategy = "tool-result-hiding"\n'
+        "max_context_size = 1000000\n"
+        "reserved_context_size = 1000\n"
+        "[proxy]\n"
+        f'openai_base_url = "{upstream}/v1"\n'
+        f'anthropic_base_url = "{upstream}"\n',
+        encoding="utf-8",
+    )
+    ctx = mp.get_context("spawn")
+    procs = [
+        ctx.Process(target=_run_upstream, args=(up_port,), daemon=True),
+        ctx.Process(target=_run_proxy, args=(str(config), proxy_port), daemon=True),
+    ]
+    for p in procs:
+        p.start()
+    try:
+        _wait(f"{upstream}/v1/models")
+        _wait(f"{proxy}/v1/models")
+        print(f"proxy latency, {rounds} alternating requests per size (loopback, 2 cores)")
+        for n in (20, 200):
+            latency(upstream, proxy, n, rounds)
+        for n in (20, 200):
+            direct = asyncio.run(throughput(upstream, n, total))
+            via = asyncio.run(throughput(proxy, n, total))
+            print(
+                f"{n:>4} msgs | {total} requests, 16 concurrent | direct {direct:7.1f} req/s"
+                f" | via proxy {via:7.1f} req/s | ratio {via / direct:.2f}"
+            )
+    finally:
+        for p in procs:
+            p.terminate()
+            p.join(5)
+        config.unlink(missing_ok=True)
+
+
+if __name__ == "__main__":
+    main()

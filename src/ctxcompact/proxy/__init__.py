@@ -1,0 +1,101 @@
+"""An OpenAI- and Anthropic-compatible HTTP proxy that compacts every chat request.
+
+Point an agent's base URL at the proxy (``http://127.0.0.1:8787/v1`` for OpenAI clients,
+``http://127.0.0.1:8787`` for Anthropic clients) and its requests get the configured
+per-request transforms and triggered compaction before they reach the real provider.
+Needs the ``proxy`` extra (starlette, uvicorn, httpx).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..exceptions import ConfigError, MissingDependencyError
+
+if TYPE_CHECKING:
+    import httpx
+    from starlette.applications import Starlette
+
+    from .._config import Config
+    from .._contract import LLM, CompactionStrategy
+    from .._tokens import TokenCounter
+
+__all__ = ["create_app", "serve"]
+
+
+def create_app(
+    config: Config,
+    *,
+    strategy: CompactionStrategy | None = None,
+    llm: LLM | None = None,
+    token_counter: TokenCounter | None = None,
+    client: httpx.AsyncClient | None = None,
+) -> Starlette:
+    """Build the proxy's ASGI app from a loaded config.
+
+    Args:
+        config: The configuration (``[compaction]``, ``[proxy]``, transforms, counting).
+        strategy: Overrides ``[compaction] strategy``.
+        llm: The summarizer; built from ``[compaction.llm]`` when not given and configured.
+        token_counter: Overrides ``[token_counting]``.
+        client: The pooled upstream HTTP client (tests pass one; normally created here).
+
+    Example:
+        >>> from ctxcompact import load_config
+        >>> app = create_app(load_config("config.example.toml"))  # doctest: +SKIP
+    """
+    try:
+        from ._app import ProxySettings, build_app
+        from ._rewrite import Rewriter
+    except ImportError as exc:  # starlette or httpx missing
+        raise MissingDependencyError("the ctxcompact proxy", "proxy") from exc
+    from .._contract import LLM as LLMProtocol
+    from .._controller import CompactionController
+    from .._tokens import TokenCounter as TokenCounterProtocol
+    from .._tokens import counter_from_config
+
+    counter = token_counter or counter_from_config(config.token_counting)
+    if llm is None and config.compaction.llm is not None:
+        from ..llm import build_llm
+
+        llm = build_llm(config.compaction.llm)
+    if config.compaction.max_context_size is None:
+        raise ConfigError(
+            "the proxy needs the model window: set max_context_size",
+            path=str(config.path) if config.path else None,
+            key="compaction.max_context_size",
+        )
+    dependencies: dict[type, object] = {TokenCounterProtocol: counter}
+    if llm is not None:
+        dependencies[LLMProtocol] = llm
+    controller = CompactionController.from_config(
+        config, strategy=strategy, llm=llm, token_counter=counter, dependencies=dependencies
+    )
+    rewriter = Rewriter(
+        controller.strategy,
+        max_context_size=config.compaction.max_context_size,
+        reserved_context_size=config.compaction.reserved_context_size,
+        token_counter=counter,
+        llm=llm,
+        transforms=controller.transforms,
+    )
+    p = config.proxy
+    settings = ProxySettings(
+        openai_base_url=p.openai_base_url,
+        anthropic_base_url=p.anthropic_base_url,
+        timeout=p.timeout,
+        max_body_bytes=p.max_body_bytes,
+    )
+    return build_app(rewriter, settings, client=client)
+
+
+def serve(config: Config, *, host: str | None = None, port: int | None = None) -> None:
+    """Run the proxy with uvicorn until interrupted."""
+    try:
+        import uvicorn
+    except ImportError as exc:
+        raise MissingDependencyError("the ctxcompact proxy", "proxy") from exc
+    app = create_app(config)
+    uvicorn.run(
+        app, host=host or config.proxy.host, port=port or config.proxy.port, log_level="info"
+    )

@@ -1,0 +1,212 @@
+"""Real HTTP servers on 127.0.0.1 for the proxy tests and benchmark: uvicorn in a thread.
+
+`FakeUpstream` is a small OpenAI + Anthropic lookalike that records what it receives.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import threading
+import time
+from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import uvicorn
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+from starlette.types import ASGIApp
+
+
+@contextmanager
+def serve_in_thread(app: ASGIApp) -> Iterator[str]:
+    """Serve ``app`` on a free loopback port; yields its base URL; stops it on exit."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    config = uvicorn.Config(app, log_level="warning", lifespan="on")
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not server.started:
+        if time.monotonic() > deadline or not thread.is_alive():
+            raise RuntimeError("server did not start within 10 s")
+        time.sleep(0.01)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+        sock.close()
+
+
+def free_port() -> int:
+    """A loopback port nothing listens on (bound then released)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+    return port
+
+
+@dataclass
+class Received:
+    method: str
+    path: str
+    headers: dict[str, str]
+    body: bytes
+
+    def json(self) -> Any:
+        return json.loads(self.body)
+
+
+@dataclass
+class FakeUpstream:
+    """Answers like OpenAI and Anthropic would, records every request.
+
+    Attributes:
+        status: Status code for chat answers (200, or e.g. 429 to test pass-through).
+        release_last_chunk: When set, streams hold their last chunk until it is set.
+    """
+
+    received: list[Received] = field(default_factory=list)
+    status: int = 200
+    release_last_chunk: threading.Event | None = None
+
+    def app(self) -> Starlette:
+        async def record(request: Request) -> Received:
+            item = Received(
+                request.method, request.url.path, dict(request.headers), await request.body()
+            )
+            self.received.append(item)
+            return item
+
+        async def chat(request: Request) -> Response:
+            item = await record(request)
+            if self.status != 200:
+                return JSONResponse(
+                    {"error": {"message": "slow down", "type": "rate_limit", "code": None}},
+                    status_code=self.status,
+                    headers={"retry-after": "0"},
+                )
+            body = item.json()
+            if body.get("stream"):
+                return StreamingResponse(self._openai_stream(), media_type="text/event-stream")
+            return JSONResponse(_openai_completion(len(body["messages"])))
+
+        async def messages(request: Request) -> Response:
+            item = await record(request)
+            body = item.json()
+            if body.get("stream"):
+                return StreamingResponse(self._anthropic_stream(), media_type="text/event-stream")
+            return JSONResponse(_anthropic_message(len(body["messages"])))
+
+        async def models(request: Request) -> Response:
+            await record(request)
+            return JSONResponse({"object": "list", "data": [{"id": "fake-model"}]})
+
+        return Starlette(
+            routes=[
+                Route("/v1/chat/completions", chat, methods=["POST"]),
+                Route("/v1/messages", messages, methods=["POST"]),
+                Route("/v1/models", models, methods=["GET"]),
+            ]
+        )
+
+    async def _openai_stream(self) -> AsyncIterator[bytes]:
+        words = ["one", " two", " three", " four"]
+        for i, word in enumerate(words):
+            if i == len(words) - 1 and self.release_last_chunk is not None:
+                await asyncio.to_thread(self.release_last_chunk.wait, 10)
+            chunk = {
+                "id": "chatcmpl-1",
+                "object": "chat.completion.chunk",
+                "created": 0,
+                "model": "fake-model",
+                "choices": [{"index": 0, "delta": {"content": word}, "finish_reason": None}],
+            }
+            yield f"data: {json.dumps(chunk)}\n\n".encode()
+        done = {
+            "id": "chatcmpl-1",
+            "object": "chat.completion.chunk",
+            "created": 0,
+            "model": "fake-model",
+            "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}],
+        }
+        yield f"data: {json.dumps(done)}\n\ndata: [DONE]\n\n".encode()
+
+    async def _anthropic_stream(self) -> AsyncIterator[bytes]:
+        msg = _anthropic_message(0)
+        msg["content"] = []
+        events: list[tuple[str, dict[str, Any]]] = [
+            ("message_start", {"type": "message_start", "message": msg}),
+            (
+                "content_block_start",
+                {
+                    "type": "content_block_start",
+                    "index": 0,
+                    "content_block": {"type": "text", "text": ""},
+                },
+            ),
+        ]
+        for word in ["alpha", " beta", " gamma"]:
+            events.append(
+                (
+                    "content_block_delta",
+                    {
+                        "type": "content_block_delta",
+                        "index": 0,
+                        "delta": {"type": "text_delta", "text": word},
+                    },
+                )
+            )
+        events += [
+            ("content_block_stop", {"type": "content_block_stop", "index": 0}),
+            (
+                "message_delta",
+                {
+                    "type": "message_delta",
+                    "delta": {"stop_reason": "end_turn", "stop_sequence": None},
+                    "usage": {"output_tokens": 3},
+                },
+            ),
+            ("message_stop", {"type": "message_stop"}),
+        ]
+        for name, data in events:
+            yield f"event: {name}\ndata: {json.dumps(data)}\n\n".encode()
+
+
+def _openai_completion(n_messages: int) -> dict[str, Any]:
+    return {
+        "id": "chatcmpl-1",
+        "object": "chat.completion",
+        "created": 0,
+        "model": "fake-model",
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": f"saw {n_messages} messages"},
+                "finish_reason": "stop",
+            }
+        ],
+        "usage": {"prompt_tokens": 10, "completion_tokens": 3, "total_tokens": 13},
+    }
+
+
+def _anthropic_message(n_messages: int) -> dict[str, Any]:
+    return {
+        "id": "msg_1",
+        "type": "message",
+        "role": "assistant",
+        "model": "fake-model",
+        "content": [{"type": "text", "text": f"saw {n_messages} messages"}],
+        "stop_reason": "end_turn",
+        "stop_sequence": None,
+        "usage": {"input_tokens": 10, "output_tokens": 3},
+    }

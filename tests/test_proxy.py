@@ -1,0 +1,349 @@
+"""The proxy over real HTTP on 127.0.0.1: official SDK clients -> proxy -> fake upstream."""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import anthropic
+import httpx
+import openai
+import pytest
+
+from ctxcompact import check_history, from_anthropic, from_openai, load_config
+from ctxcompact.proxy import create_app
+from ctxcompact.testing import FunctionStrategy
+from tests.proxy_servers import FakeUpstream, free_port, serve_in_thread
+
+SECRET = "sk-test-DO-NOT-LOG-4242"
+HIDDEN = "<system>历史 tool_call已隐藏</system>"
+
+
+def write_config(tmp_path: Path, upstream: str, extra: str = "", **compaction: Any) -> Path:
+    settings = {
+        "strategy": "tool-result-hiding",
+        "max_context_size": 2000,
+        "reserved_context_size": 500,
+        **compaction,
+    }
+    lines = ["[compaction]"]
+    lines += [f"{k} = {json.dumps(v)}" for k, v in settings.items()]
+    lines += [
+        "[compaction.params]",
+        "preserve_recent_n = 1",
+        "[proxy]",
+        f'openai_base_url = "{upstream}/v1"',
+        f'anthropic_base_url = "{upstream}"',
+        "max_body_bytes = 200000",
+    ]
+    path = tmp_path / "proxy.toml"
+    path.write_text("\n".join(lines) + "\n" + extra, encoding="utf-8")
+    return path
+
+
+def openai_history(turns: int, output_chars: int) -> list[dict[str, Any]]:
+    messages: list[dict[str, Any]] = [
+        {"role": "system", "content": "You are a coding agent."},
+        {"role": "user", "content": "Fix the failing test."},
+    ]
+    for i in range(turns):
+        messages.append(
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {
+                        "id": f"call_{i}",
+                        "type": "function",
+                        "function": {"name": "bash", "arguments": json.dumps({"cmd": f"cat f{i}"})},
+                    }
+                ],
+            }
+        )
+        messages.append(
+            {"role": "tool", "tool_call_id": f"call_{i}", "content": f"line {i}\n" * output_chars}
+        )
+    return messages
+
+
+def anthropic_history(turns: int, output_chars: int) -> list[dict[str, Any]]:
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "Fix the failing test."}]
+    for i in range(turns):
+        messages.append(
+            {
+                "role": "assistant",
+                "content": [
+                    {"type": "text", "text": f"Reading f{i}."},
+                    {"type": "tool_use", "id": f"toolu_{i}", "name": "bash", "input": {"i": i}},
+                ],
+            }
+        )
+        messages.append(
+            {
+                "role": "user",
+                "content": [
+                    {
+                        "type": "tool_result",
+                        "tool_use_id": f"toolu_{i}",
+                        "content": f"line {i}\n" * output_chars,
+                    }
+                ],
+            }
+        )
+    return messages
+
+
+@pytest.fixture
+def upstream() -> Iterator[tuple[FakeUpstream, str]]:
+    fake = FakeUpstream()
+    with serve_in_thread(fake.app()) as url:
+        yield fake, url
+
+
+def start_proxy(config_path: Path, **kwargs: Any) -> Any:
+    return serve_in_thread(create_app(load_config(config_path), **kwargs))
+
+
+def openai_client(proxy_url: str) -> openai.OpenAI:
+    return openai.OpenAI(base_url=f"{proxy_url}/v1", api_key=SECRET, max_retries=0)
+
+
+def test_small_request_is_forwarded_byte_for_byte(
+    upstream: tuple[FakeUpstream, str], tmp_path: Path
+) -> None:
+    fake, url = upstream
+    messages = openai_history(turns=2, output_chars=3)
+    with start_proxy(write_config(tmp_path, url)) as proxy:
+        body = json.dumps({"model": "m", "messages": messages}).encode()
+        r = httpx.post(f"{proxy}/v1/chat/completions", content=body, headers={"x-n": "1"})
+    assert r.status_code == 200
+    assert r.json()["choices"][0]["message"]["content"] == f"saw {len(messages)} messages"
+    assert fake.received[-1].body == body
+    assert r.headers["x-ctxcompact"].startswith("action=unchanged; strategy=ToolResultHiding")
+
+
+def test_openai_sdk_request_over_the_trigger_is_compacted(
+    upstream: tuple[FakeUpstream, str], tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    fake, url = upstream
+    messages = openai_history(turns=4, output_chars=300)
+    caplog.set_level(logging.DEBUG)
+    with start_proxy(write_config(tmp_path, url)) as proxy:
+        raw = openai_client(proxy).chat.completions.with_raw_response.create(
+            model="m", messages=messages, max_tokens=100
+        )
+    completion = raw.parse()
+    assert completion.choices[0].message.content == f"saw {len(messages)} messages"
+    report = raw.headers["x-ctxcompact"]
+    assert "action=compacted" in report
+    before, after = report.split("tokens=")[1].split(";")[0].split("->")
+    assert int(after) < int(before)
+
+    sent = fake.received[-1].json()["messages"]
+    assert len(sent) == len(messages)
+    tool_contents = [m["content"] for m in sent if m["role"] == "tool"]
+    assert tool_contents[:3] == [HIDDEN] * 3
+    assert tool_contents[3] == messages[-1]["content"]
+    assert [m.get("tool_call_id") for m in sent] == [m.get("tool_call_id") for m in messages]
+    assert check_history(from_openai(sent)) == []
+    # The API key went through to the upstream and never into a log line.
+    assert fake.received[-1].headers["authorization"] == f"Bearer {SECRET}"
+    assert SECRET not in caplog.text
+    assert "action=compacted" in caplog.text
+
+
+def test_schema1_transform_masks_every_request_when_enabled(
+    upstream: tuple[FakeUpstream, str], tmp_path: Path
+) -> None:
+    fake, url = upstream
+    extra = "[observation_masking.schema1]\nenabled = true\nwindow_turns = 1\n"
+    messages = openai_history(turns=3, output_chars=2)  # far below the trigger
+    with start_proxy(write_config(tmp_path, url, extra=extra)) as proxy:
+        raw = openai_client(proxy).chat.completions.with_raw_response.create(
+            model="m", messages=messages
+        )
+    assert "action=transformed" in raw.headers["x-ctxcompact"]
+    sent = fake.received[-1].json()["messages"]
+    tools = [m["content"] for m in sent if m["role"] == "tool"]
+    assert tools[0].startswith("[Observation masquée")
+    assert "call_0" in tools[0]
+    assert tools[1].startswith("[Observation masquée")
+    assert "call_1" in tools[1]
+    assert tools[2] == messages[-1]["content"]
+
+
+def test_anthropic_sdk_request_is_compacted_and_stays_valid(
+    upstream: tuple[FakeUpstream, str], tmp_path: Path
+) -> None:
+    fake, url = upstream
+    messages = anthropic_history(turns=4, output_chars=300)
+    with start_proxy(write_config(tmp_path, url)) as proxy:
+        client = anthropic.Anthropic(base_url=proxy, api_key=SECRET, max_retries=0)
+        raw = client.messages.with_raw_response.create(
+            model="m", max_tokens=100, system="Be brief.", messages=messages
+        )
+    message = raw.parse()
+    assert message.content[0].type == "text"
+    assert "action=compacted" in raw.headers["x-ctxcompact"]
+    received = fake.received[-1]
+    assert received.path == "/v1/messages"
+    # anthropic 2.x sends the key as a bearer token; older clients used x-api-key.
+    sent_key = received.headers.get("x-api-key") or received.headers["authorization"][7:]
+    assert sent_key == SECRET
+    body = received.json()
+    assert body["system"] == "Be brief."
+    assert body["max_tokens"] == 100
+    assert len(body["messages"]) == len(messages)
+    results = [
+        block
+        for m in body["messages"]
+        if isinstance(m["content"], list)
+        for block in m["content"]
+        if block["type"] == "tool_result"
+    ]
+    assert [r["tool_use_id"] for r in results] == [f"toolu_{i}" for i in range(4)]
+    assert [r["content"] for r in results[:3]] == [HIDDEN] * 3
+    assert results[3]["content"] == messages[-1]["content"][0]["content"]
+    assert check_history(from_anthropic(body["messages"], system=body["system"])) == []
+
+
+def test_openai_stream_is_relayed_chunk_by_chunk_in_order(
+    upstream: tuple[FakeUpstream, str], tmp_path: Path
+) -> None:
+    fake, url = upstream
+    fake.release_last_chunk = threading.Event()
+    with start_proxy(write_config(tmp_path, url)) as proxy:
+        stream = openai_client(proxy).chat.completions.create(
+            model="m", messages=openai_history(1, 1), stream=True
+        )
+        pieces: list[str] = []
+        for chunk in stream:
+            if chunk.choices and chunk.choices[0].delta.content:
+                pieces.append(chunk.choices[0].delta.content)
+            if len(pieces) == 3:
+                # The first chunks arrived while the upstream still holds the last one: the
+                # proxy relays as it receives, it does not buffer the whole answer.
+                assert not fake.release_last_chunk.is_set()
+                fake.release_last_chunk.set()
+    assert pieces == ["one", " two", " three", " four"]
+
+
+def test_anthropic_stream_is_relayed_complete(
+    upstream: tuple[FakeUpstream, str], tmp_path: Path
+) -> None:
+    _, url = upstream
+    with start_proxy(write_config(tmp_path, url)) as proxy:
+        client = anthropic.Anthropic(base_url=proxy, api_key=SECRET, max_retries=0)
+        with client.messages.stream(
+            model="m", max_tokens=50, messages=anthropic_history(1, 1)
+        ) as stream:
+            text = "".join(stream.text_stream)
+            final = stream.get_final_message()
+    assert text == "alpha beta gamma"
+    assert final.stop_reason == "end_turn"
+
+
+def test_malformed_json_is_a_400(upstream: tuple[FakeUpstream, str], tmp_path: Path) -> None:
+    fake, url = upstream
+    with start_proxy(write_config(tmp_path, url)) as proxy:
+        r = httpx.post(f"{proxy}/v1/chat/completions", content=b'{"messages": [')
+        r2 = httpx.post(f"{proxy}/v1/messages", content=b"[1, 2]")
+    assert r.status_code == 400
+    assert "not valid JSON" in r.json()["error"]["message"]
+    assert r2.status_code == 400
+    assert "JSON object" in r2.json()["error"]["message"]
+    assert fake.received == []
+
+
+def test_body_over_the_limit_is_a_413(upstream: tuple[FakeUpstream, str], tmp_path: Path) -> None:
+    fake, url = upstream
+    big = json.dumps({"model": "m", "messages": openai_history(1, 50_000)}).encode()
+    assert len(big) > 200_000
+    with start_proxy(write_config(tmp_path, url)) as proxy:
+        r = httpx.post(f"{proxy}/v1/chat/completions", content=big)
+
+        def chunks() -> Iterator[bytes]:  # no content-length: the limit holds while streaming
+            for i in range(0, len(big), 65536):
+                yield big[i : i + 65536]
+
+        r2 = httpx.post(f"{proxy}/v1/chat/completions", content=chunks())
+    assert r.status_code == 413
+    assert "200000 bytes" in r.json()["error"]["message"]
+    assert r2.status_code == 413
+    assert fake.received == []
+
+
+def test_unreachable_upstream_is_a_502(tmp_path: Path) -> None:
+    dead = f"http://127.0.0.1:{free_port()}"
+    with start_proxy(write_config(tmp_path, dead)) as proxy:
+        r = httpx.post(
+            f"{proxy}/v1/chat/completions",
+            json={"model": "m", "messages": openai_history(1, 1)},
+        )
+    assert r.status_code == 502
+    assert "upstream unreachable" in r.json()["error"]["message"]
+    assert r.headers["x-ctxcompact"].startswith("action=unchanged")
+
+
+def test_upstream_error_passes_through_with_status_and_body(
+    upstream: tuple[FakeUpstream, str], tmp_path: Path
+) -> None:
+    fake, url = upstream
+    fake.status = 429
+    with start_proxy(write_config(tmp_path, url)) as proxy:
+        client = openai_client(proxy)
+        with pytest.raises(openai.RateLimitError) as info:
+            client.chat.completions.create(model="m", messages=openai_history(1, 1))
+    assert info.value.status_code == 429
+    assert info.value.body == {"message": "slow down", "type": "rate_limit", "code": None}
+    assert info.value.response.headers["retry-after"] == "0"
+
+
+def test_strategy_failure_forwards_the_original_request(
+    upstream: tuple[FakeUpstream, str], tmp_path: Path
+) -> None:
+    fake, url = upstream
+
+    def explode(ctx: object) -> None:
+        raise RuntimeError("summarizer is down")
+
+    messages = openai_history(turns=4, output_chars=300)
+    body = json.dumps({"model": "m", "messages": messages}).encode()
+    config_path = write_config(tmp_path, url)
+    with start_proxy(config_path, strategy=FunctionStrategy(explode)) as proxy:
+        r = httpx.post(f"{proxy}/v1/chat/completions", content=body)
+    assert r.status_code == 200
+    assert fake.received[-1].body == body
+    report = r.headers["x-ctxcompact"]
+    assert "action=failed" in report
+    assert "summarizer is down" in report
+
+
+def test_other_paths_pass_through_untouched(
+    upstream: tuple[FakeUpstream, str], tmp_path: Path
+) -> None:
+    fake, url = upstream
+    with start_proxy(write_config(tmp_path, url)) as proxy:
+        models = openai_client(proxy).models.list()
+    assert [m.id for m in models.data] == ["fake-model"]
+    assert fake.received[-1].path == "/v1/models"
+    assert fake.received[-1].headers["authorization"] == f"Bearer {SECRET}"
+
+
+def test_two_proxies_rewrite_the_same_request_identically(
+    upstream: tuple[FakeUpstream, str], tmp_path: Path
+) -> None:
+    fake, url = upstream
+    config_path = write_config(tmp_path, url)
+    body = {"model": "m", "messages": openai_history(turns=5, output_chars=300)}
+    with start_proxy(config_path) as first, start_proxy(config_path) as second:
+        for proxy in (first, second, first):
+            assert httpx.post(f"{proxy}/v1/chat/completions", json=body).status_code == 200
+    sent = [r.body for r in fake.received]
+    assert len(sent) == 3
+    assert sent[0] == sent[1] == sent[2]
+    assert sent[0] != json.dumps(body).encode()
