@@ -8,6 +8,7 @@ so the first command works on a fresh machine without an API key. Exit codes: 0 
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 from typing import TYPE_CHECKING
 
@@ -67,6 +68,12 @@ def _add_strategy(parser: argparse.ArgumentParser, *, default_note: str) -> None
         help="how tokens are counted (default: the config's, else heuristic)",
     )
     parser.add_argument("--json", action="store_true", help="print a JSON report")
+    parser.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="log every compaction event of the controller to standard error",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -136,6 +143,19 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _configure_logging(*, verbose: bool) -> None:
+    # The controller logs each compaction as a warning for agents to see; a replay makes
+    # hundreds of them, so they are shown only on request. Failures are reported anyway.
+    logger = logging.getLogger("ctxcompact")
+    if verbose:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(levelname)s %(message)s"))
+        logger.addHandler(handler)
+        logger.setLevel(logging.INFO)
+    else:
+        logger.setLevel(logging.ERROR)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit code (the console script exits with it)."""
     from ._commands import run_apply, run_replay, run_strategies, run_validate
@@ -144,6 +164,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
     except SystemExit as exc:  # --help, --version, or a usage error argparse reported
         return exc.code if isinstance(exc.code, int) else 2
+    _configure_logging(verbose=getattr(args, "verbose", False))
     commands = {
         "apply": run_apply,
         "replay": run_replay,

@@ -227,6 +227,7 @@ async def replay(
     cached_price: float = 0.1,
     llm: MeteredLLM | None = None,
     on_failure: Callable[[str], None] | None = None,
+    on_call: Callable[[int, Sequence[Message]], None] | None = None,
 ) -> ReplayStats:
     """Replay ``conversation`` through ``controller`` (``None``: no compaction).
 
@@ -238,6 +239,8 @@ async def replay(
         cached_price: Price of a cached token relative to an uncached one.
         llm: The metered summarizer the controller was given, to report its calls.
         on_failure: Called with the controller's error text for each failed compaction.
+        on_call: Called with the index of each assistant message in ``conversation`` and
+            the input of that call (to check what the model would have seen).
 
     Returns:
         The replay's statistics.
@@ -247,7 +250,7 @@ async def replay(
     llm_calls, llm_tokens = (llm.calls, llm.tokens) if llm is not None else (0, 0)
     history: list[Message] = []
     last_event = controller.last_event if controller is not None else None
-    for message in conversation:
+    for index, message in enumerate(conversation):
         if message.role == "assistant":
             request: Sequence[Message] = history
             if controller is not None:
@@ -264,6 +267,8 @@ async def replay(
                             on_failure(event.error or event.status)
                 request = await controller.prepare_request(history)
             stats.add_call(meter.bill(request))
+            if on_call is not None:
+                on_call(index, request)
         history.append(message)
     if llm is not None:
         stats.summarizer_calls = llm.calls - llm_calls

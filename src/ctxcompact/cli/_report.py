@@ -155,15 +155,16 @@ def replay_text(settings: ReplaySettings, replays: Sequence[FileReplay]) -> str:
     )
     lines = [head, ""]
     if len(replays) > 1:
-        width = max(24, *(len(item.name) for item in replays))
+        names = [_short_name(item.name) for item in replays]
+        width = max(24, *(len(name) for name in names))
         lines.append(
             f"{'file':<{width}}  {'calls':>6}  {'compact.':>8}  {'input':>7}  {'peak':>7}"
             f"  {'cost':>7}  {'breaks':>6}"
         )
-        for item in replays:
+        for name, item in zip(names, replays, strict=True):
             c, b = item.compacted, item.baseline
             lines.append(
-                f"{item.name:<{width}}  {c.calls:>6}  {c.compactions:>8}  "
+                f"{name:<{width}}  {c.calls:>6}  {c.compactions:>8}  "
                 f"{_pct(ratio(c.input_tokens, b.input_tokens)):>7}  "
                 f"{_pct(ratio(c.peak_context_tokens, b.peak_context_tokens)):>7}  "
                 f"{_pct(ratio(c.cost, b.cost)):>7}  {c.cache_breaks:>6}"
@@ -178,6 +179,11 @@ def replay_text(settings: ReplaySettings, replays: Sequence[FileReplay]) -> str:
             title = f"{item.name}: {item.messages} messages"
             lines += _block(title, settings.strategy, item.compacted, item.baseline)
     return "\n".join(lines)
+
+
+def _short_name(name: str) -> str:
+    """The file name without its directories, which make the table too wide."""
+    return name.replace("\\", "/").rsplit("/", 1)[-1]
 
 
 def plot_replays(settings: ReplaySettings, replays: Sequence[FileReplay], out: str) -> None:
@@ -208,7 +214,8 @@ def plot_replays(settings: ReplaySettings, replays: Sequence[FileReplay], out: s
             linewidth=1,
             label="trigger",
         )
-        ax.set_title(item.name if len(item.name) <= 48 else "…" + item.name[-47:], fontsize=9)
+        title = _short_name(item.name)
+        ax.set_title(title if len(title) <= 48 else title[:47] + "…", fontsize=9)
         ax.set_xlabel("model call")
         ax.set_ylabel("context tokens")
         ax.legend(fontsize=7)
