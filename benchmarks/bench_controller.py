@@ -1,0 +1,98 @@
+"""CompactionController.token_count per appended step: flat in the history length.
+
+For histories of 100, 1,000 and 10,000 messages (built from the public traces), the
+controller is warmed on the history, then messages are appended one at a time and
+``token_count`` (and ``maybe_compact`` below the threshold, what an agent calls every step)
+is timed per step (median). The baseline is a full recount with the same counter. The 10,000 : 100
+ratio of the per-step time must stay under 2.
+
+    .venv/bin/python benchmarks/bench_controller.py [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from tests.traces import load_trace, trace_names
+
+from ctxcompact import (
+    CompactionController,
+    HeuristicTokenCounter,
+    Message,
+    Usage,
+    from_openai,
+)
+from ctxcompact.testing import FunctionStrategy
+
+
+def pool() -> list[Message]:
+    return [m for name in trace_names() for m in from_openai(load_trace(name))]
+
+
+def per_step(
+    size: int, steps: int, messages: list[Message], *, new_list: bool
+) -> tuple[float, float]:
+    counter = HeuristicTokenCounter()
+    controller = CompactionController(
+        FunctionStrategy(lambda ctx: None),
+        max_context_size=10**12,
+        reserved_context_size=0,
+        token_counter=counter,
+    )
+    history = [messages[i % len(messages)] for i in range(size)]
+    controller.token_count(history)
+    controller.observe_usage(Usage(input_tokens=12_345), history)
+    # The same appended messages for every size, so only the history length differs.
+    extra = [messages[-1 - i % len(messages)] for i in range(steps)]
+    loop = asyncio.new_event_loop()
+    times: list[float] = []
+    for message in extra:
+        if new_list:  # the agent replaces its list after a compaction; the proxy re-parses
+            history = [*history, message]
+        else:
+            history.append(message)
+        start = time.perf_counter()
+        controller.token_count(history)
+        loop.run_until_complete(controller.maybe_compact(history))
+        times.append(time.perf_counter() - start)
+    loop.close()
+    start = time.perf_counter()
+    counter.count(history)
+    full = time.perf_counter() - start
+    # The median: a garbage-collector pause landing in one step is not the step's cost.
+    return statistics.median(times), full
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="fewer steps")
+    args = parser.parse_args()
+    steps = 100 if args.quick else 1000
+    messages = pool()
+    print(f"{'messages':>9s} {'mode':>9s} {'per step':>10s} {'full recount':>13s} {'speedup':>8s}")
+    results: dict[tuple[int, bool], float] = {}
+    per_step(100, steps, messages, new_list=False)  # warm-up (imports, caches)
+    for new_list in (False, True):
+        for size in (100, 1_000, 10_000):
+            step, full = per_step(size, steps, messages, new_list=new_list)
+            results[(size, new_list)] = step
+            mode = "new list" if new_list else "in place"
+            print(
+                f"{size:9d} {mode:>9s} {step * 1e6:8.1f}us {full * 1e3:11.2f}ms {full / step:7.0f}x"
+            )
+    for new_list in (False, True):
+        ratio = results[(10_000, new_list)] / results[(100, new_list)]
+        mode = "new list" if new_list else "in place"
+        verdict = "flat" if ratio < 2 else "NOT FLAT"
+        print(f"ratio 10,000 : 100 ({mode}): {ratio:.2f} ({verdict}, must be < 2)")
+
+
+if __name__ == "__main__":
+    main()
