@@ -51,7 +51,7 @@ def check_output(history: Sequence[Message], out: Sequence[Message] | None) -> N
     assert len(out) <= len(history)
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(history=valid_histories(max_turns=4), keep=st.integers(0, 4))
 def test_valid_histories_stay_valid(history: list[Message], keep: int) -> None:
     before = [m.model_dump() for m in history]
@@ -62,7 +62,7 @@ def test_valid_histories_stay_valid(history: list[Message], keep: int) -> None:
         assert check_history(out) == []
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(case=invalid_histories(), keep=st.integers(0, 3))
 def test_invalid_histories_get_no_new_problem(case: tuple[list[Message], str], keep: int) -> None:
     history, _ = case
@@ -70,7 +70,7 @@ def test_invalid_histories_get_no_new_problem(case: tuple[list[Message], str], k
     check_output(history, out)
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(history=valid_histories(max_turns=4, max_steps=4))
 def test_hiding_then_summary_keeps_histories_valid(history: list[Message]) -> None:
     strategy = HidingThenSummary(preserve_recent_n=1)
