@@ -223,6 +223,16 @@ async def test_a_summarizer_overflow_retries_once_with_a_smaller_input() -> None
     assert len(second.messages[0].text) < len(first.messages[0].text) * 0.75
 
 
+async def test_an_overflow_halves_what_was_sent_even_when_the_budget_was_far_larger() -> None:
+    # The declared window is huge but the summarizer's real one is not (a cheaper model).
+    history = [user("x" * 40_000), assistant("y" * 40_000), user("q"), assistant("a")]
+    llm = ScriptedLLM(ContextTooLongError("too long"), "the summary")
+    out = await LLMSummary(llm).compact(make_ctx(history, max_context_size=1_000_000))
+    assert out is not None
+    first, second = llm.requests
+    assert len(second.messages[0].text) < len(first.messages[0].text) * 0.6
+
+
 async def test_a_second_overflow_propagates() -> None:
     history = work_history()
     before = snapshot(history)

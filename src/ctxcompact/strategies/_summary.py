@@ -206,12 +206,15 @@ class LLMSummary:
                 f"LLMSummary: an input budget of {budget} tokens leaves no room for the "
                 f"transcript (the prompt alone is ~{fixed}); raise max_input_tokens"
             )
-        request = _request(_fit(items, room, counter), instructions)
+        fitted = _fit(items, room, counter)
+        request = _request(fitted, instructions)
         try:
             completion = await self._complete(llm, request)
         except ContextTooLongError as exc:
+            # Half of what was sent, not of the budget: the model's real window may be smaller.
+            sent = sum(counter.count_message(Message.user(t)) for t in fitted)
             logger.warning("summarizer input too long (%s); retrying with half the input", exc)
-            request = _request(_fit(items, room // 2, counter), instructions)
+            request = _request(_fit(items, max(_MIN_ITEM_TOKENS, sent // 2), counter), instructions)
             completion = await self._complete(llm, request)
         text = _answer_text(completion)
         if completion.finish_reason != "length":
