@@ -1,10 +1,7 @@
 """The trigger controller: *when* to compact, and a safe run of the strategy that says *how*.
 
-Token accounting is incremental. The controller keeps a running estimate of the history it
-last saw (one cumulative sum per message) and, after :meth:`observe_usage`, the provider's
-own count of a prefix of it. A history that extends the one seen before costs only its new
-messages; any other history (after a compaction, a proxy request parsed afresh, an edited
-history) is recounted.
+Token accounting is incremental (:mod:`._running_count`): the provider's usage for a prefix
+of the history plus an estimate of the messages appended since.
 """
 
 from __future__ import annotations
@@ -23,6 +20,7 @@ from ._events import (
     same_messages,
     strategy_name,
 )
+from ._running_count import RunningCount
 from ._tokens import HeuristicTokenCounter, TokenCounter
 from .exceptions import ConfigError
 
@@ -123,9 +121,7 @@ class CompactionController:
         self.last_event: CompactionEvent | None = None
         self._failures = 0
         self._retry_at: int | None = None  # estimate the history must reach before a retry
-        self._seen: list[Message] = []  # the history counted so far
-        self._cum: list[int] = [0]  # _cum[i]: estimate of _seen[:i]
-        self._usage: tuple[int, int] | None = None  # (provider tokens, messages covered)
+        self._count = RunningCount()
 
     @classmethod
     def from_config(
@@ -203,41 +199,16 @@ class CompactionController:
         """The context size of ``history``: the last provider usage plus an estimate of the
         messages added since, or an estimate of everything when there is no usage.
 
-        Costs the new messages only when ``history`` extends the history seen last.
+        Costs the new messages only when ``history`` extends the history seen last (its
+        first, middle and last previously seen messages are still in place).
         """
-        self._sync(history)
-        if self._usage is not None:
-            tokens, covered = self._usage
-            return tokens + self._cum[-1] - self._cum[covered]
-        return self._cum[-1]
+        return self._count.total(history, self.token_counter)
 
     def observe_usage(self, usage: Usage, history: Sequence[Message]) -> None:
         """Record the provider's count for ``history`` (the stored history the call covered,
         its assistant reply appended). A usage with no tokens is ignored."""
-        if usage.total_tokens <= 0:
-            return
-        self._sync(history)
-        self._usage = (usage.total_tokens, len(history))
-
-    def _sync(self, history: Sequence[Message]) -> None:
-        seen = len(self._seen)
-        if len(history) < seen or not self._extends(history, seen):
-            self._seen, self._cum, self._usage = [], [0], None
-            seen = 0
-        count = self.token_counter.count_message
-        for message in history[seen:]:
-            self._seen.append(message)
-            self._cum.append(self._cum[-1] + count(message))
-
-    def _extends(self, history: Sequence[Message], seen: int) -> bool:
-        # Constant time: the first, middle and last message seen must still be there (same
-        # object, or equal for a history parsed afresh). A rewrite that keeps all three in
-        # place is not detected; maybe_compact resets the count itself.
-        for i in {0, seen // 2, seen - 1} if seen else ():
-            old, new = self._seen[i], history[i]
-            if old is not new and old != new:
-                return False
-        return True
+        if usage.total_tokens > 0:
+            self._count.observe(usage.total_tokens, history, self.token_counter)
 
     def _trigger(self, tokens: int) -> Trigger | None:
         if tokens + self.reserved_context_size >= self.max_context_size:
@@ -265,7 +236,7 @@ class CompactionController:
         if trigger is None:
             return history
         n = len(history)
-        estimate = self._cum[-1]
+        estimate = self._count.estimate(history, self.token_counter)
 
         def event(status: EventStatus, error: str | None, duration: float = 0.0) -> None:
             self._emit(
@@ -332,7 +303,7 @@ class CompactionController:
 
         result = list(output)
         self._failures = 0
-        self._seen, self._cum, self._usage = [], [0], None  # the new history is estimated
+        self._count.reset()  # the new history is estimated, the old usage no longer applies
         after = self.token_count(result)
         saved = 1 - after / estimate if estimate else 0.0
         self._retry_at = (
@@ -365,7 +336,7 @@ class CompactionController:
         """Close the circuit, drop the min-progress wait and forget counts and usage."""
         self._failures = 0
         self._retry_at = None
-        self._seen, self._cum, self._usage = [], [0], None
+        self._count.reset()
 
     def _emit(self, event: CompactionEvent) -> None:
         previous = self.last_event
