@@ -122,6 +122,24 @@ async def test_a_result_separated_from_its_call_pulls_the_cut_back_to_the_call()
     assert {p.kind for p in check_history(out)} <= before_kinds
 
 
+async def test_a_separated_result_inside_another_groups_run_also_pulls_the_cut_back() -> None:
+    history = [
+        user("start"),
+        assistant("thinking"),
+        assistant(None, call("a", "ls")),
+        user("interjection"),
+        assistant(None, call("b", "cat")),
+        tool("b", "B"),
+        tool("a", "A"),  # answers the call two messages up, not its own group's
+        assistant("done"),
+    ]
+    before_kinds = {p.kind for p in check_history(history)}
+    out = await LLMSummary(ScriptedLLM("s"), max_preserved_messages=3).compact(make_ctx(history))
+    assert out is not None
+    assert out[1:] == history[2:]
+    assert {p.kind for p in check_history(out)} <= before_kinds
+
+
 async def test_keeps_pending_calls_when_nothing_is_preserved() -> None:
     history = [user("go"), assistant("ok"), user("list"), assistant(None, call("p", "ls"))]
     out = await LLMSummary(ScriptedLLM("s"), max_preserved_messages=0).compact(make_ctx(history))

@@ -260,14 +260,14 @@ def _safe_cut(history: Sequence[Message], cut: int) -> int:
 
 
 def _pull_back_for_strays(history: Sequence[Message], cut: int) -> int:
-    in_group = False
+    group_ids: set[str] = set()  # ids called by the group the current tool run follows
     for i in range(cut, len(history)):
         msg = history[i]
         if msg.role == "assistant" and msg.tool_calls:
-            in_group = True
+            group_ids = set(msg.tool_call_ids)
         elif msg.role != "tool":
-            in_group = False
-        elif not in_group and msg.tool_call_id is not None:
+            group_ids = set()
+        elif msg.tool_call_id is not None and msg.tool_call_id not in group_ids:
             for j in range(min(i, cut) - 1, -1, -1):
                 if msg.tool_call_id in history[j].tool_call_ids:
                     return j
