@@ -6,22 +6,27 @@ from __future__ import annotations
 import json
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from ctxcompact import Message, TextPart
+from ctxcompact._groups import tool_groups
 from ctxcompact.exceptions import ConfigError
 from ctxcompact.strategies._shared import (
     SCHEMA1_FIELDS,
     SCHEMA1_PLACEHOLDER,
     batched_boundary,
     error_reason,
+    group_results,
     is_error_result,
     looks_like_error,
+    old_groups_end,
     placeholder_pattern,
     render_placeholder,
     validate_template,
     with_content,
 )
-from tests.gen import tool
+from tests.gen import invalid_histories, tool, valid_histories
 from tests.traces import load_meta, load_trace, trace_names
 
 
@@ -157,3 +162,21 @@ def test_batched_boundary() -> None:
     assert batched_boundary(2, batch_turns=0, clear_at_least=25, unit_tokens=one) == 0
     sizes = [5, 0, 40, 1, 1]
     assert batched_boundary(5, batch_turns=0, clear_at_least=30, unit_tokens=sizes.__getitem__) == 3
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    history=st.one_of(valid_histories(), invalid_histories().map(lambda pair: pair[0])),
+    keep=st.integers(0, 6),
+)
+def test_fast_group_scan_matches_tool_groups(history: list[Message], keep: int) -> None:
+    groups = tool_groups(history)
+    stop = old_groups_end(history, keep)
+    if keep == 0:
+        assert stop == len(history)
+    elif len(groups) >= keep:
+        assert stop == groups[len(groups) - keep].call_index
+    else:
+        assert stop == 0
+    old = groups[: max(0, len(groups) - keep)]
+    assert group_results(history, stop) == [i for g in old for i in g.result_indices]

@@ -8,7 +8,14 @@ from .._groups import ToolGroup, tool_groups
 from .._messages import Message, TextPart
 from .._tokens import HeuristicTokenCounter, TokenCounter
 from ..exceptions import ConfigError
-from ._shared import HIDDEN_PLACEHOLDER, batched_boundary, check_int, with_content
+from ._shared import (
+    HIDDEN_PLACEHOLDER,
+    batched_boundary,
+    check_int,
+    group_results,
+    old_groups_end,
+    with_content,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -88,38 +95,38 @@ class ToolResultHiding:
         self, history: Sequence[Message], *, token_counter: TokenCounter | None = None
     ) -> list[int]:
         """Indices of the tool messages :meth:`hide` would replace, oldest first."""
+        if not (self.batch_turns or self.clear_at_least):
+            # The common case, in one tight pass (no group objects): see the benchmark.
+            stop = old_groups_end(history, self.preserve_recent_n)
+            return [i for i in group_results(history, stop) if not self._hidden(history[i])]
         groups = tool_groups(history)
         boundary = len(groups) - self.preserve_recent_n
         if boundary <= 0:
             return []
-        if self.batch_turns or self.clear_at_least:
-            counter = token_counter or HeuristicTokenCounter()
-            boundary = batched_boundary(
-                boundary,
-                batch_turns=self.batch_turns,
-                clear_at_least=self.clear_at_least,
-                unit_tokens=lambda k: sum(
-                    counter.count_message(history[i]) for i in self._to_hide(history, groups[k])
-                ),
-            )
+        counter = token_counter or HeuristicTokenCounter()
+        boundary = batched_boundary(
+            boundary,
+            batch_turns=self.batch_turns,
+            clear_at_least=self.clear_at_least,
+            unit_tokens=lambda k: sum(
+                counter.count_message(history[i]) for i in self._to_hide(history, groups[k])
+            ),
+        )
         out: list[int] = []
         for group in groups[:boundary]:
             out.extend(self._to_hide(history, group))
         return out
 
     def _to_hide(self, history: Sequence[Message], group: ToolGroup) -> list[int]:
-        placeholder = self.placeholder
-        out = []
-        for i in group.result_indices:
-            content = history[i].content
-            if content == placeholder:
-                continue
-            if (
-                isinstance(content, tuple)
-                and len(content) == 1
-                and isinstance(content[0], TextPart)
-                and content[0].text == placeholder
-            ):
-                continue
-            out.append(i)
-        return out
+        return [i for i in group.result_indices if not self._hidden(history[i])]
+
+    def _hidden(self, message: Message) -> bool:
+        content = message.content
+        if content == self.placeholder:
+            return True
+        return (
+            isinstance(content, tuple)
+            and len(content) == 1
+            and isinstance(content[0], TextPart)
+            and content[0].text == self.placeholder
+        )

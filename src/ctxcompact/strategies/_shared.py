@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import re
 import string
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from functools import lru_cache
 
 from .._messages import Message, TextPart
@@ -24,8 +24,10 @@ __all__ = [
     "call_names",
     "check_int",
     "error_reason",
+    "group_results",
     "is_error_result",
     "looks_like_error",
+    "old_groups_end",
     "placeholder_pattern",
     "render_placeholder",
     "validate_template",
@@ -186,6 +188,49 @@ def placeholder_pattern(template: str) -> re.Pattern[str]:
 
 
 # -- groups -----------------------------------------------------------------------------------
+
+
+def old_groups_end(history: Sequence[Message], keep: int) -> int:
+    """Where the ``keep`` newest tool-call groups start (``len(history)`` when ``keep`` is 0).
+
+    ``0`` when there are fewer than ``keep`` groups, so nothing is old. Groups are
+    counted as :func:`ctxcompact._groups.tool_groups` counts them (one per assistant message
+    with calls), scanning back from the end only as far as needed.
+    """
+    if keep <= 0:
+        return len(history)
+    seen = 0
+    for i in range(len(history) - 1, -1, -1):
+        message = history[i]
+        if message.tool_calls and message.role == "assistant":
+            seen += 1
+            if seen == keep:
+                return i
+    return 0
+
+
+def group_results(history: Sequence[Message], stop: int) -> list[int]:
+    """Indices of the tool results of every group that starts before ``stop``.
+
+    The same indices as the ``result_indices`` of :func:`ctxcompact._groups.tool_groups`,
+    in one tight pass: hiding thousands of results must cost little more than copying the
+    list (see ``benchmarks/bench_strategies.py``).
+    """
+    out: list[int] = []
+    append = out.append
+    ids: object = ()
+    for i in range(min(stop, len(history))):
+        message = history[i]
+        role = message.role
+        if role == "tool":
+            if message.tool_call_id in ids:  # type: ignore[operator]
+                append(i)
+        elif role == "assistant" and message.tool_calls:
+            calls = message.tool_calls
+            ids = (calls[0].id,) if len(calls) == 1 else {c.id for c in calls}
+        else:
+            ids = ()
+    return out
 
 
 def call_names(call_message: Message) -> dict[str, str]:
