@@ -4,6 +4,8 @@ import logging
 from collections.abc import Iterable, Sequence
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from ctxcompact import (
     CompactionContext,
@@ -19,7 +21,7 @@ from ctxcompact import (
 from ctxcompact._config import Config
 from ctxcompact.exceptions import ConfigError, StrategyLoadError
 from ctxcompact.testing import FunctionStrategy, ScriptedLLM
-from tests.gen import assistant, call, system, tool, user
+from tests.gen import assistant, call, system, tool, user, valid_histories
 from tests.traces import load_trace
 
 
@@ -557,3 +559,59 @@ async def test_real_strategy_on_a_trace_through_the_controller(name: str) -> Non
     assert len(out) == len(history)
     assert events[-1].tokens_after < events[-1].tokens_before
     assert controller.token_count(out) == events[-1].tokens_after
+
+
+# -- properties ----------------------------------------------------------------------------------
+
+
+@settings(max_examples=60, deadline=None)
+@given(valid_histories(), st.data())
+async def test_result_is_the_original_or_a_valid_history(
+    history: list[Message], data: st.DataObject
+) -> None:
+    # A careless strategy dropping random messages: whatever it returns, the controller
+    # hands back either the input object untouched or a history check_history accepts.
+    keep = data.draw(st.lists(st.booleans(), min_size=len(history), max_size=len(history)))
+    strategy = FunctionStrategy(
+        lambda ctx: [m for m, k in zip(ctx.history, keep, strict=True) if k]
+    )
+    controller, events = make(strategy, max_context_size=100, reserved_context_size=99)
+    snapshot = list(history)
+    out = await controller.maybe_compact(history)
+    assert history == snapshot
+    if out is history:
+        assert events[-1].status in ("noop", "rejected")
+    else:
+        assert events[-1].status == "compacted"
+        assert check_history(out) == []
+        assert [m for m, k in zip(history, keep, strict=True) if k] == list(out)
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    valid_histories(max_turns=4),
+    st.lists(st.sampled_from(["append", "pop", "copy", "usage", "replace_first"]), max_size=12),
+)
+def test_running_count_matches_a_full_recount(history: list[Message], ops: list[str]) -> None:
+    counter = HeuristicTokenCounter()
+    controller, _ = make(token_counter=counter)
+    usage: tuple[int, int] | None = None  # (tokens, length) the provider reported
+    current = list(history[:1])
+    for step, op in enumerate(ops):
+        if op == "append" and len(current) < len(history):
+            current.append(history[len(current)])
+        elif op == "pop" and current:
+            current.pop()
+            usage = None
+        elif op == "copy":
+            current = [m.model_copy() for m in current]  # equal, new objects
+        elif op == "replace_first" and current:
+            current[0] = user(f"replaced {step}")
+            usage = None
+        elif op == "usage":
+            controller.observe_usage(Usage(input_tokens=1000 + step), current)
+            usage = (1000 + step, len(current))
+        expected = counter.count(current)
+        if usage is not None:
+            expected = usage[0] + counter.count(current[usage[1] :])
+        assert controller.token_count(current) == expected

@@ -1,12 +1,11 @@
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any
 
 import pytest
 from hypothesis import given, settings
 
-from ctxcompact import HistoryProblem, Message, check_history
+from ctxcompact import HistoryProblem, Message, check_history, from_openai
 from tests.gen import (
     PROBLEM_KINDS,
     assistant,
@@ -25,22 +24,7 @@ def kinds(history: list[Message]) -> list[tuple[int, str]]:
 
 
 def trace_history(name: str) -> list[Message]:
-    # Only the structure matters here (roles, tool_calls, tool_call_id), so this does not
-    # depend on the OpenAI converter: function.name/arguments are lifted, the rest kept.
-    out = []
-    for raw in load_trace(name):
-        data: dict[str, Any] = dict(raw)
-        if data.get("tool_calls"):
-            data["tool_calls"] = [
-                {
-                    "id": c["id"],
-                    "name": c["function"]["name"],
-                    "arguments": c["function"]["arguments"],
-                }
-                for c in data["tool_calls"]
-            ]
-        out.append(Message.model_validate(data))
-    return out
+    return from_openai(load_trace(name))
 
 
 # -- valid ----------------------------------------------------------------------------------
