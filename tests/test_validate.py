@@ -71,7 +71,7 @@ def test_every_public_trace_is_valid(name: str) -> None:
     assert check_history(trace_history(name)) == []
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(valid_histories())
 def test_generated_valid_histories_have_no_problem(history: list[Message]) -> None:
     assert check_history(history) == []
@@ -163,7 +163,7 @@ def test_problems_come_in_message_order() -> None:
 # -- generated invalid histories ---------------------------------------------------------------
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(invalid_histories())
 def test_generated_defects_are_caught(case: tuple[list[Message], str]) -> None:
     history, kind = case
@@ -175,7 +175,7 @@ def test_generated_defects_are_caught(case: tuple[list[Message], str]) -> None:
 def test_each_kind_is_generated_and_caught(kind: str) -> None:
     seen: Counter[str] = Counter()
 
-    @settings(max_examples=30, deadline=None)
+    @settings(max_examples=20, deadline=None)
     @given(invalid_histories([kind]))
     def run(case: tuple[list[Message], str]) -> None:
         history, expected = case
