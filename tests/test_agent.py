@@ -201,6 +201,53 @@ async def test_tool_results_are_truncated_on_arrival_but_kept_whole_in_the_trans
     assert agent.messages[2].tool_call_id == agent.history[2].tool_call_id
 
 
+async def test_a_run_cancelled_during_tools_leaves_every_call_answered() -> None:
+    started, finished = asyncio.Event(), asyncio.Event()
+
+    async def hang() -> str:
+        started.set()
+        await asyncio.Event().wait()
+        return "never"
+
+    async def quick() -> str:
+        finished.set()
+        return "quick result"
+
+    llm = ScriptedLLM(calls(("hang", {}), ("quick", {})), "after")
+    agent = agent_with(llm, tools=[hang, quick])
+    task = asyncio.create_task(agent.run("go"))
+    await started.wait()
+    await finished.wait()
+    await asyncio.sleep(0)  # let quick's task hand over its result
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert check_history(agent.history) == []
+    hung, done = agent.history[-2:]
+    assert hung.is_error
+    assert hung.text == "Error: the call to 'hang' was cancelled before it finished"
+    assert done.text == "quick result"
+    assert await agent.run("try again") == "after"  # the agent is usable afterwards
+    assert agent.messages[-4:-2] == [hung, done]
+
+
+async def test_run_cannot_be_entered_twice_at_once() -> None:
+    started, release = asyncio.Event(), asyncio.Event()
+
+    async def wait() -> str:
+        started.set()
+        await release.wait()
+        return "ok"
+
+    agent = agent_with(ScriptedLLM(calls(("wait", {})), "done"), tools=[wait])
+    first = asyncio.create_task(agent.run("one"))
+    await started.wait()
+    with pytest.raises(UserError, match="already running"):
+        await agent.run("two")
+    release.set()
+    assert await first == "done"
+
+
 def test_duplicate_tool_names_and_bad_max_steps_are_rejected() -> None:
     with pytest.raises(UserError, match="two tools are named 'add'"):
         Agent(ScriptedLLM(), tools=[add, Tool(add)], compaction=FunctionStrategy(never))

@@ -38,6 +38,9 @@ CONTINUE_PROMPT = (
 )
 """Sent once per run when the model stops on ``finish_reason == "length"`` (seed 002, task 5)."""
 
+DEFAULT_MAX_CONTEXT_SIZE = 128_000
+DEFAULT_RESERVED_CONTEXT_SIZE = 50_000
+
 MAX_CONTEXT_RETRIES = 2
 """How many times a context-too-long error triggers a forced compaction and a retry."""
 
@@ -68,9 +71,10 @@ class Agent:
         tools: :class:`~ctxcompact.Tool` objects or typed functions (sync or async).
         system_prompt: Sent as the first, system message of the history.
         compaction: The strategy; ``None`` means KLIP-13's default, ``LLMSummary`` with ``llm``.
-        max_context_size: The model's window in tokens.
-        reserved_context_size: Tokens kept free for the answer and the next tool results;
-            compaction triggers when ``tokens + reserved >= max_context_size``.
+        max_context_size: The model's window in tokens (default 128,000).
+        reserved_context_size: Tokens kept free for the answer and the next tool results
+            (default 50,000); compaction triggers when ``tokens + reserved >=
+            max_context_size``.
         trigger_ratio: Trigger at this fraction of the window instead, when given.
         token_counter: Estimates tokens; the controller's default heuristic when ``None``.
         transforms: Per-request strategies applied to each request, never to the stored
@@ -79,7 +83,9 @@ class Agent:
         max_tokens: The output limit passed to every model call.
         tool_result_truncation: Cuts each tool result on arrival into the history (the
             transcript keeps it whole), e.g. ``ToolResultTruncation(max_chars=8000)``.
-        on_event: Called with each :class:`~ctxcompact.CompactionEvent` as it happens.
+        on_event: Called with each :class:`~ctxcompact.CompactionEvent` as it happens
+            (compaction events only: every status, from ``compacted`` to ``skipped``; tool
+            calls and steps are visible in :attr:`transcript`).
         controller: A ready :class:`~ctxcompact.CompactionController` to use instead of
             building one (then ``compaction`` and the size arguments must not be given).
 
@@ -123,6 +129,7 @@ class Agent:
         self.tool_result_truncation = tool_result_truncation
         self.on_event = on_event
         self._pending: list[CompactionEvent] = []
+        self._running = False
         if controller is not None:
             given = {
                 "compaction": compaction,
@@ -152,9 +159,13 @@ class Agent:
                 compaction = LLMSummary(llm)
             self.controller = CompactionController(
                 compaction,
-                max_context_size=128_000 if max_context_size is None else max_context_size,
+                max_context_size=(
+                    DEFAULT_MAX_CONTEXT_SIZE if max_context_size is None else max_context_size
+                ),
                 reserved_context_size=(
-                    50_000 if reserved_context_size is None else reserved_context_size
+                    DEFAULT_RESERVED_CONTEXT_SIZE
+                    if reserved_context_size is None
+                    else reserved_context_size
                 ),
                 trigger_ratio=trigger_ratio,
                 token_counter=token_counter,
@@ -299,6 +310,15 @@ class Agent:
                 compactions.
             LLMError: Any other provider failure (after the adapter's own retries).
         """
+        if self._running:
+            raise UserError("this agent is already running; await run() before calling it again")
+        self._running = True
+        try:
+            return await self._run(user_input)
+        finally:
+            self._running = False
+
+    async def _run(self, user_input: str | Message) -> str:
         message = user_input if isinstance(user_input, Message) else Message.user(user_input)
         self._add(message)
         self.stop_reason = None
@@ -335,7 +355,7 @@ class Agent:
         if completion.usage is not None:
             self.controller.observe_usage(completion.usage, self.history)
         if reply.tool_calls:
-            self._add_results(await self.run_tools(reply.tool_calls))
+            self._add_results(await self._run_tools_answering_all(reply.tool_calls))
         return completion
 
     async def _call_model(self) -> Completion:
@@ -373,6 +393,23 @@ class Agent:
         results = await asyncio.gather(*(self._run_one(c) for c in calls))
         return list(results)
 
+    async def _run_tools_answering_all(self, calls: Sequence[ToolCall]) -> list[Message]:
+        tasks = [asyncio.ensure_future(self._run_one(c)) for c in calls]
+        try:
+            return list(await asyncio.gather(*tasks))
+        except BaseException:
+            # Cancelled mid-tools: still answer every call (finished ones with their result),
+            # so the history stays valid for the next run instead of holding unanswered calls.
+            for task in tasks:
+                task.cancel()
+            self._add_results(
+                [
+                    t.result() if t.done() and not t.cancelled() else _cancelled(c)
+                    for t, c in zip(tasks, calls, strict=True)
+                ]
+            )
+            raise
+
     async def _run_one(self, call: ToolCall) -> Message:
         tool = self.tools.get(call.name)
         if tool is None:
@@ -383,13 +420,9 @@ class Agent:
             )
         else:
             result = await tool.call(call.arguments)
-        if not result.is_error:
-            return Message.tool(call.id, result.text)
-        # Flagged for Anthropic's is_error (the OpenAI wire format never carries this key),
-        # and for strategies that keep error results (Message.is_error).
-        return Message(
-            role="tool", tool_call_id=call.id, content=result.text, anthropic={"is_error": True}
-        )
+        if result.is_error:
+            return _error_result(call, result.text)
+        return Message.tool(call.id, result.text)
 
     def _add_results(self, results: Sequence[Message]) -> None:
         # The transcript keeps each result whole (it is the record for storage); the history
@@ -400,3 +433,15 @@ class Agent:
             self.history.extend(results)
         else:
             self.history.extend(truncation.truncate_message(m) for m in results)
+
+
+def _error_result(call: ToolCall, text: str) -> Message:
+    # Flagged for Anthropic's is_error (the OpenAI wire format never carries this key) and
+    # for the strategies that keep error results (Message.is_error).
+    return Message(role="tool", tool_call_id=call.id, content=text, anthropic={"is_error": True})
+
+
+def _cancelled(call: ToolCall) -> Message:
+    return _error_result(
+        call, f"{ERROR_PREFIX}the call to {call.name!r} was cancelled before it finished"
+    )
