@@ -365,3 +365,15 @@ async def test_the_api_key_appears_in_no_error_repr_or_log(
     ):
         assert FAKE_KEY not in text
     assert "[redacted]" in str(error)
+
+
+async def test_no_credentials_at_all_is_an_authentication_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    for name in ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN"):
+        monkeypatch.delenv(name, raising=False)
+    wire = Wire()
+    llm = AnthropicLLM("claude-test", http_client=wire.client())
+    with pytest.raises(AuthenticationError, match="ANTHROPIC_API_KEY"):
+        await llm.complete([Message.user("hi")])
+    assert wire.requests == []

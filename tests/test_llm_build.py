@@ -161,3 +161,12 @@ def test_a_missing_sdk_names_the_pip_line(sdk: str, module: str, provider: str) 
     assert import_line.endswith(line)
     assert build_line.startswith(f"build: {sdk} ")
     assert build_line.endswith(line)
+
+
+def test_the_adapters_are_reachable_from_the_llm_package() -> None:
+    import ctxcompact.llm as llm_package
+
+    assert llm_package.OpenAIChatLLM is OpenAIChatLLM
+    assert llm_package.AnthropicLLM is AnthropicLLM
+    with pytest.raises(AttributeError, match="no attribute 'Nope'"):
+        _ = llm_package.Nope

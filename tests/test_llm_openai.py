@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import socket
 import traceback
 
 import httpx2
@@ -401,3 +402,37 @@ def test_no_key_at_all_is_an_authentication_error(monkeypatch: pytest.MonkeyPatc
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     with pytest.raises(AuthenticationError, match="OPENAI_API_KEY"):
         OpenAIChatLLM("gpt-test")
+
+
+async def test_a_broken_retry_callback_is_logged_and_the_call_still_succeeds(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    def broken(event: RetryEvent) -> None:
+        raise RuntimeError("spinner crashed")
+
+    wire = Wire(error_body(429, "slow", headers={"retry-after": "0.01"}), openai_reply("fine"))
+    with caplog.at_level(logging.WARNING, logger="ctxcompact.llm"):
+        completion = await make_llm(wire, max_retries=1, on_retry=broken).complete(
+            [Message.user("hi")]
+        )
+    assert completion.message.text == "fine"
+    failures = [r for r in caplog.records if r.levelno == logging.ERROR]
+    assert len(failures) == 1
+    assert "on_retry callback" in failures[0].getMessage()
+    assert failures[0].exc_info is not None
+
+
+async def test_a_closed_port_is_a_connection_error_over_real_sockets() -> None:
+    with socket.socket() as sock:  # bind, then close: nothing listens on that port
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    llm = OpenAIChatLLM(
+        "gpt-test", api_key=FAKE_KEY, base_url=f"http://127.0.0.1:{port}/v1", max_retries=0
+    )
+    try:
+        with pytest.raises(LLMConnectionError) as caught:
+            await llm.complete([Message.user("hi")])
+    finally:
+        await llm.aclose()
+    assert caught.value.retryable is True
+    assert isinstance(caught.value.__cause__, openai.APIConnectionError)

@@ -130,7 +130,11 @@ class RetryWatcher:
             )
             logger.warning("%s", event.describe())
             if self.on_retry is not None:
-                self.on_retry(event)
+                try:
+                    self.on_retry(event)
+                except Exception:
+                    # A broken progress display must not fail the model call it reports on.
+                    logger.exception("on_retry callback %r failed", self.on_retry)
         # Until a response arrives, the attempt's start is the best mark we have.
         state.last_status = None
         state.last_mark = now

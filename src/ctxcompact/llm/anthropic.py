@@ -183,6 +183,14 @@ class AnthropicLLM:
             raise map_sdk_error(
                 exc, sdk=_SDK_ERRORS, provider=self.provider, model=self.model, secret=self._secret
             ) from exc
+        except TypeError as exc:
+            # The SDK builds without credentials and only fails here, with a TypeError.
+            if "authentication" not in str(exc):
+                raise
+            raise AuthenticationError(
+                f"anthropic model {self.model!r}: no credentials: pass api_key= or set "
+                "ANTHROPIC_API_KEY"
+            ) from exc
         return self._completion(response)
 
     @property
