@@ -347,3 +347,19 @@ def test_two_proxies_rewrite_the_same_request_identically(
     assert len(sent) == 3
     assert sent[0] == sent[1] == sent[2]
     assert sent[0] != json.dumps(body).encode()
+
+
+def test_max_tokens_larger_than_the_window_still_forwards(
+    upstream: tuple[FakeUpstream, str], tmp_path: Path
+) -> None:
+    fake, url = upstream
+    messages = openai_history(turns=1, output_chars=3)
+    with start_proxy(write_config(tmp_path, url)) as proxy:
+        r = httpx.post(
+            f"{proxy}/v1/chat/completions",
+            json={"model": "m", "messages": messages, "max_tokens": 10**6},
+        )
+    assert r.status_code == 200
+    # The reserve alone reaches the trigger, so the strategy ran; it had nothing old to hide.
+    assert r.headers["x-ctxcompact"].startswith("action=unchanged")
+    assert fake.received[-1].json()["messages"] == messages

@@ -151,8 +151,12 @@ class Rewriter:
         controller = CompactionController(
             self.strategy,
             max_context_size=self.max_context_size,
+            # A max_tokens as large as the window cannot fit at all; the controller needs a
+            # reserve below the window, and the trigger then fires on any history.
             reserved_context_size=(
-                max_tokens if max_tokens is not None else self.reserved_context_size
+                min(max_tokens, self.max_context_size - 1)
+                if max_tokens is not None
+                else self.reserved_context_size
             ),
             token_counter=self.token_counter,
             llm=self.llm,
