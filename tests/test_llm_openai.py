@@ -436,3 +436,17 @@ async def test_a_closed_port_is_a_connection_error_over_real_sockets() -> None:
         await llm.aclose()
     assert caught.value.retryable is True
     assert isinstance(caught.value.__cause__, openai.APIConnectionError)
+
+
+async def test_a_redirect_inside_one_attempt_is_not_reported_as_a_retry() -> None:
+    events: list[RetryEvent] = []
+    moved = httpx2.Response(307, headers={"location": "https://api.openai.com/v1/moved"})
+    wire = Wire(moved, openai_reply("moved"))
+    http = httpx2.AsyncClient(transport=httpx2.MockTransport(wire.handler), follow_redirects=True)
+    llm = OpenAIChatLLM(
+        "gpt-test", api_key=FAKE_KEY, max_retries=2, http_client=http, on_retry=events.append
+    )
+    completion = await llm.complete([Message.user("hi")])
+    assert completion.message.text == "moved"
+    assert [r.url.path for r in wire.requests] == ["/v1/chat/completions", "/v1/moved"]
+    assert events == []

@@ -1,11 +1,18 @@
 """Seeing the SDKs' own retries: one report (callback + log line) per retried attempt.
 
 The retrying itself stays the SDK's (``max_retries``, exponential backoff with jitter,
-``Retry-After``). What the SDKs do not offer is a public "a retry is happening" hook, so we
-watch the wire instead: httpx ``event_hooks`` on the SDK's HTTP client see every attempt.
-A :class:`~contextvars.ContextVar` set around each :meth:`complete` call ties the attempts to
-that call (hooks run in the caller's task), so concurrent calls on one client, or requests
-made outside the adapter, are never confused. The second attempt of a call is retry 1.
+``Retry-After``). The OpenAI SDK has no public "a retry is happening" hook (Anthropic's
+middleware sees attempts, not the wait), so both adapters watch the wire: httpx
+``event_hooks`` on the SDK's HTTP client see every request and response. Rejected
+alternatives: overriding the SDKs' private ``_sleep_for_retry``, and lowering the level of
+their loggers to catch the "Retrying request" INFO line (which would also push every SDK
+INFO record into the application's handlers).
+
+A :class:`~contextvars.ContextVar` set around each ``complete`` call ties the requests to
+that call (hooks run in the caller's task), so concurrent calls on one client and requests
+made outside the adapter are never confused. Which attempt a request is comes from the
+SDKs' ``x-stainless-retry-count`` header, so a redirect inside one attempt is not taken
+for a retry; without the header, every request after the first counts as one.
 """
 
 from __future__ import annotations
@@ -68,11 +75,13 @@ RetryCallback = Callable[[RetryEvent], None]
 @dataclass(slots=True)
 class _CallState:
     owner: object
-    attempts: int = 0
+    requests: int = 0
+    retries: int = 0
     last_status: int | None = None
     last_mark: float = 0.0
 
 
+_RETRY_COUNT_HEADER = "x-stainless-retry-count"
 _CURRENT: ContextVar[_CallState | None] = ContextVar("ctxcompact_llm_call", default=None)
 
 
@@ -118,26 +127,38 @@ class RetryWatcher:
         if state is None or state.owner is not self:
             return
         now = time.monotonic()
-        state.attempts += 1
-        if state.attempts > 1:
-            event = RetryEvent(
-                provider=self.provider,
-                model=self.model,
-                attempt=state.attempts - 1,
-                max_retries=self.max_retries,
-                status_code=state.last_status,
-                waited_s=max(0.0, now - state.last_mark),
+        state.requests += 1
+        headers = getattr(request, "headers", None)
+        header = headers.get(_RETRY_COUNT_HEADER) if headers is not None else None
+        if isinstance(header, str) and header.isdigit():
+            retries = int(header)
+        else:
+            retries = state.requests - 1
+        if retries > state.retries:
+            state.retries = retries
+            self._report(
+                RetryEvent(
+                    provider=self.provider,
+                    model=self.model,
+                    attempt=retries,
+                    max_retries=self.max_retries,
+                    status_code=state.last_status,
+                    waited_s=max(0.0, now - state.last_mark),
+                )
             )
-            logger.warning("%s", event.describe())
-            if self.on_retry is not None:
-                try:
-                    self.on_retry(event)
-                except Exception:
-                    # A broken progress display must not fail the model call it reports on.
-                    logger.exception("on_retry callback %r failed", self.on_retry)
         # Until a response arrives, the attempt's start is the best mark we have.
         state.last_status = None
         state.last_mark = now
+
+    def _report(self, event: RetryEvent) -> None:
+        logger.warning("%s", event.describe())
+        if self.on_retry is None:
+            return
+        try:
+            self.on_retry(event)
+        except Exception:
+            # A broken progress display must not fail the model call it reports on.
+            logger.exception("on_retry callback %r failed", self.on_retry)
 
     async def _on_response(self, response: object) -> None:
         state = _CURRENT.get()
