@@ -10,12 +10,13 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import httpx2
 import pytest
 
-from ctxcompact import CompactionController, Message, ToolCall, check_history
+from ctxcompact import CompactionController, Message, ToolCall, check_history, load_config
 from ctxcompact.exceptions import ContextTooLongError
 from ctxcompact.llm.openai import OpenAIChatLLM
 from ctxcompact.strategies import LLMSummary
@@ -164,3 +165,43 @@ async def test_a_prompt_over_the_window_is_context_too_long(
     assert caught.value.status_code == 400
     assert caught.value.retryable is False
     assert len(bodies) == 1
+
+
+@pytest.mark.slow
+async def test_a_config_file_points_the_summarizer_at_the_local_server(
+    llama_server: LlamaServer,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "ctxcompact.toml"
+    path.write_text(
+        f"""
+[compaction]
+max_context_size = {llama_server.n_ctx}
+reserved_context_size = 256
+
+[compaction.params]
+max_preserved_messages = 2
+max_summary_tokens = 24
+prompt = "Summarize the conversation above in one sentence."
+system_prompt = "You write short summaries."
+
+[compaction.llm]
+provider = "openai"
+model = "{llama_server.model}"
+base_url = "{llama_server.base_url}"
+api_key_env = "CTXCOMPACT_TEST_UNSET_KEY"
+max_retries = 0
+"""
+    )
+    controller = CompactionController.from_config(load_config(path))
+    assert isinstance(controller.llm, OpenAIChatLLM)
+    before = coding_session()
+    try:
+        result = await controller.maybe_compact(before, force=True)
+    finally:
+        await controller.llm.aclose()
+
+    assert controller.last_event is not None
+    assert controller.last_event.status == "compacted", controller.last_event.error
+    assert result[1].text.startswith(SUMMARY_PREFIX)
+    assert check_history(result) == []
