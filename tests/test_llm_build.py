@@ -170,3 +170,16 @@ def test_the_adapters_are_reachable_from_the_llm_package() -> None:
     assert llm_package.AnthropicLLM is AnthropicLLM
     with pytest.raises(AttributeError, match="no attribute 'Nope'"):
         _ = llm_package.Nope
+
+
+async def test_an_adapter_closes_the_client_it_built_but_not_a_given_one() -> None:
+    async with OpenAIChatLLM("m", api_key=FAKE_KEY) as built:
+        assert not built.client.is_closed()
+    assert built.client.is_closed()
+
+    wire = Wire()
+    given = wire.client()
+    async with AnthropicLLM("m", api_key=FAKE_KEY, http_client=given):
+        pass
+    assert not given.is_closed
+    await given.aclose()

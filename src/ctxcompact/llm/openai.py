@@ -149,6 +149,12 @@ class OpenAIChatLLM:
         if self._owns_client:
             await self._client.close()
 
+    async def __aenter__(self) -> OpenAIChatLLM:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
     async def complete(
         self,
         messages: Sequence[Message],
