@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -35,6 +36,13 @@ ROOT = Path(__file__).resolve().parents[1]
 TRACES = (ROOT / ".." / "shared" / "traces").resolve()
 NEVER = 10**12  # a window no trace reaches: only the per-request transforms act
 KEEP_GROUPS = 5
+QUICK = {  # one or two of each agent, short and long
+    "claudecode-subagent__4d5611e5__a2898e3",
+    "claudecode__4d5611e5__post1compact",
+    "msa-gemini3pro__astropy__astropy-12907",
+    "msa-gemini3pro__django__django-16560",
+    "taubench-gpt4o-airline__task3_trial0",
+}
 
 
 @dataclass(frozen=True)
@@ -71,51 +79,56 @@ def per_request(transform: Callable[[], object]) -> Callable[..., object]:
     return build
 
 
+SHORT = "[masked: {tool_name} result, {original_chars} chars]"
+WINDOW, RESERVED = 16_000, 4_000  # the CLI's defaults: compaction fires at 12,000 tokens
+
+
+def at_defaults(strategy: Callable[[], object]) -> Callable[..., object]:
+    return triggered(strategy, WINDOW, RESERVED)
+
+
 CONFIGS = [
+    Config("hiding n=5", at_defaults(lambda: ToolResultHiding(preserve_recent_n=5)), quick=True),
     Config(
-        "hiding n=5, per request (slides every turn)",
-        per_request(lambda: ToolResultHiding(preserve_recent_n=5)),
+        "hiding n=5, batch_turns=5",
+        at_defaults(lambda: ToolResultHiding(preserve_recent_n=5, batch_turns=5)),
+    ),
+    Config(
+        "hiding n=5, clear_at_least=5000",
+        at_defaults(lambda: ToolResultHiding(preserve_recent_n=5, clear_at_least=5_000)),
+    ),
+    Config("schema1 window=5", at_defaults(lambda: Schema1Masking(window_turns=5)), quick=True),
+    Config(
+        "schema1 window=5, batch_turns=5",
+        at_defaults(lambda: Schema1Masking(window_turns=5, batch_turns=5)),
+    ),
+    Config(
+        "schema1 window=5, clear_at_least=5000",
+        at_defaults(lambda: Schema1Masking(window_turns=5, clear_at_least=5_000)),
         quick=True,
     ),
+    Config("truncation max 8000 chars", at_defaults(lambda: ToolResultTruncation(max_chars=8_000))),
     Config(
-        "hiding n=5, per request, batch_turns=10",
-        per_request(lambda: ToolResultHiding(preserve_recent_n=5, batch_turns=10)),
+        "context guard",
+        at_defaults(lambda: ContextGuard(context_window=WINDOW, reserve_tokens=RESERVED)),
     ),
     Config(
-        "hiding n=5, per request, clear_at_least=20k",
-        per_request(lambda: ToolResultHiding(preserve_recent_n=5, clear_at_least=20_000)),
-    ),
-    Config(
-        "schema1 window=5, per request (slides every turn)",
+        "per request: schema1 window=5 (slides every call)",
         per_request(lambda: Schema1Masking(window_turns=5)),
-        quick=True,
     ),
     Config(
-        "schema1 window=5, per request, batch_turns=10",
+        "per request: schema1 window=5, batch_turns=10",
         per_request(lambda: Schema1Masking(window_turns=5, batch_turns=10)),
-        quick=True,
-    ),
-    Config(
-        "schema1 window=5, per request, clear_at_least=20k",
-        per_request(lambda: Schema1Masking(window_turns=5, clear_at_least=20_000)),
-    ),
-    Config(
-        "hiding n=5, triggered at 15k (20k - 5k)",
-        triggered(lambda: ToolResultHiding(preserve_recent_n=5), 20_000, 5_000),
-    ),
-    Config(
-        "schema1 window=5, triggered at 15k (20k - 5k)",
-        triggered(lambda: Schema1Masking(window_turns=5), 20_000, 5_000),
-    ),
-    Config(
-        "truncation 2k+2k, per request",
-        per_request(lambda: ToolResultTruncation(max_chars=8_000)),
-    ),
-    Config(
-        "context guard 20k window, triggered",
-        triggered(lambda: ContextGuard(context_window=20_000, reserve_tokens=5_000), 20_000, 5_000),
     ),
 ]
+
+RECOMMENDED = Config(
+    "recommended: schema1 window=5, short placeholder, clear_at_least=5000",
+    at_defaults(
+        lambda: Schema1Masking(window_turns=5, placeholder_template=SHORT, clear_at_least=5_000)
+    ),
+    quick=True,
+)
 
 
 @dataclass
@@ -128,19 +141,24 @@ class Row:
 
 
 def verbatim_checker(conversation: Sequence[Message]) -> tuple[Callable[..., None], list[str]]:
-    """Checks, per call, that the last 5 tool groups and every error result are unchanged."""
+    """Checks, per call, that the last 5 tool groups and every error result are unchanged.
+
+    Groups and errors are found once on the whole recording: groups are positional, so the
+    groups of a prefix are the groups that start inside it.
+    """
     problems: list[str] = []
+    groups = tool_groups(conversation)
+    errors = [i for i, m in enumerate(conversation) if m.role == "tool" and is_error_result(m)]
 
     def check(index: int, request: Sequence[Message]) -> None:
-        original = conversation[:index]
-        if len(request) != len(original):
-            problems.append(f"call at {index}: messages dropped ({len(request)}/{len(original)})")
+        if len(request) != index:
+            problems.append(f"call at {index}: messages dropped ({len(request)}/{index})")
             return
-        groups = tool_groups(original)
-        protected = {i for g in groups[-KEEP_GROUPS:] for i in g.result_indices}
-        protected |= {i for i, m in enumerate(original) if m.role == "tool" and is_error_result(m)}
+        started = [g for g in groups if g.call_index < index][-KEEP_GROUPS:]
+        protected = [i for g in started for i in g.result_indices if i < index]
+        protected += [i for i in errors if i < index]
         for i in protected:
-            if request[i].content != original[i].content:
+            if request[i].content != conversation[i].content:
                 problems.append(f"call at {index}: message {i} changed")
                 return
 
@@ -181,14 +199,13 @@ def table(rows: Sequence[Row]) -> str:
 
 
 async def main() -> None:
+    logging.getLogger("ctxcompact").setLevel(logging.ERROR)  # one warning per compaction
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="5 traces, 4 configurations")
     args = parser.parse_args()
     paths = sorted(p for p in TRACES.glob("*.json") if not p.name.endswith(".meta.json"))
     if args.quick:
-        paths = [p for p in paths if "subagent" in p.name or "task3" in p.name][:3] + [
-            p for p in paths if "astropy" in p.name
-        ]
+        paths = [p for p in paths if p.stem in QUICK]
     traces = [(p.stem, read_conversation(p).messages) for p in paths]
     configs = [c for c in CONFIGS if c.quick or not args.quick]
     configs.append(RECOMMENDED)
@@ -206,12 +223,6 @@ async def main() -> None:
     )
     print(f"replay time: {sum(r.seconds for r in rows):.1f} s for {len(rows)} configurations")
 
-
-RECOMMENDED = Config(
-    "recommended: schema1 window=5, triggered, batch",
-    triggered(lambda: Schema1Masking(window_turns=5), 20_000, 5_000),
-    quick=True,
-)
 
 if __name__ == "__main__":
     asyncio.run(main())

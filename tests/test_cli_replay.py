@@ -10,8 +10,10 @@ from collections.abc import Iterable
 
 import pytest
 
-from ctxcompact import Message, ToolCall
-from ctxcompact.cli._replay import CacheMeter, MemoCounter, ReplayStats, replay
+from ctxcompact import CompactionContext, CompactionController, Completion, Message, ToolCall, Usage
+from ctxcompact.cli._replay import CacheMeter, MemoCounter, MeteredLLM, ReplayStats, replay
+from ctxcompact.strategies import LLMSummary
+from ctxcompact.testing import FunctionStrategy, ScriptedLLM
 
 
 class CharCounter:
@@ -137,3 +139,101 @@ def test_stats_add_up_and_keep_the_peak() -> None:
     total = one + two
     assert (total.calls, total.input_tokens, total.peak_context_tokens) == (3, 15, 7)
     assert (total.cost, total.cache_breaks, total.context_tokens) == (4.5, 1, [3, 7, 5])
+
+
+# -- through the real controller -------------------------------------------------------------
+
+
+def _shrink_tool_results(ctx: CompactionContext) -> list[Message]:
+    return [m.replace(content="t") if m.role == "tool" else m for m in ctx.history]
+
+
+def _controller(window: int, strategy: object, **kwargs: object) -> CompactionController:
+    return CompactionController(
+        strategy,  # type: ignore[arg-type]
+        max_context_size=window,
+        reserved_context_size=0,
+        token_counter=CharCounter(),
+        **kwargs,  # type: ignore[arg-type]
+    )
+
+
+async def test_a_compaction_of_messages_not_yet_sent_breaks_no_cache() -> None:
+    controller = _controller(100, FunctionStrategy(_shrink_tool_results))
+    stats = await replay(_conversation(), controller, counter=CharCounter())
+    # Call 1: [s,u] = 30 < 100, cost 30.
+    # Call 2: [s,u,a1,t] = 130 >= 100 -> compacted to [s,u,a1,t'] = 31; [s,u] was the whole
+    #   previous input and is unchanged: 30 * 0.1 + 1 = 4, no break.
+    # Call 3: [s,u,a1,t',a2,v] = 43; all 4 previous messages shared: 31 * 0.1 + 12 = 15.1.
+    assert stats.context_tokens == [30, 31, 43]
+    assert (stats.compactions, stats.cache_breaks, stats.input_tokens) == (1, 0, 104)
+    assert stats.cost == pytest.approx(49.1)
+
+
+async def test_a_compaction_of_sent_messages_is_a_cache_break() -> None:
+    controller = _controller(140, FunctionStrategy(_shrink_tool_results))
+    stats = await replay(_conversation(), controller, counter=CharCounter())
+    # Call 2: 130 < 140, not compacted: 30 * 0.1 + 100 = 103.
+    # Call 3: [s,u,a1,t,a2,v] = 142 >= 140 -> [s,u,a1,t',a2,v] = 43; only s,u,a1 (30) are
+    #   shared with the previous 4 messages: 30 * 0.1 + 13 = 16, a break.
+    assert stats.context_tokens == [30, 130, 43]
+    assert (stats.compactions, stats.cache_breaks, stats.peak_context_tokens) == (1, 1, 130)
+    assert stats.cost == pytest.approx(30 + 103 + 16)
+
+
+async def test_per_request_transforms_shape_the_input_but_not_the_stored_history() -> None:
+    never = FunctionStrategy(lambda ctx: None)
+    transform = FunctionStrategy(_shrink_tool_results)
+    controller = _controller(10**9, never, transforms=(transform,))
+    seen: list[tuple[int, list[str]]] = []
+    stats = await replay(
+        _conversation(),
+        controller,
+        counter=CharCounter(),
+        on_call=lambda i, request: seen.append((i, [m.text for m in request])),
+    )
+    # Every call sees t' = "t" (1 token): [30, 31, 43], and no compaction is counted.
+    assert stats.context_tokens == [30, 31, 43]
+    assert stats.compactions == 0
+    assert [i for i, _ in seen] == [2, 4, 6]
+    assert seen[2][1][3] == "t"
+
+
+async def test_failed_compactions_are_counted_and_reported() -> None:
+    def boom(ctx: CompactionContext) -> None:
+        raise RuntimeError("boom")
+
+    errors: list[str] = []
+    controller = _controller(100, FunctionStrategy(boom))
+    stats = await replay(
+        _conversation(), controller, counter=CharCounter(), on_failure=errors.append
+    )
+    # Calls 2 and 3 are over 100 tokens: two failures, the history kept whole.
+    assert stats.failed_compactions == 2
+    assert stats.context_tokens == [30, 130, 142]
+    assert errors
+    assert errors[0].startswith("RuntimeError: boom")
+
+
+async def test_summarizer_calls_and_tokens_are_metered() -> None:
+    scripted = ScriptedLLM(
+        Completion(
+            Message.assistant("the summary"), usage=Usage(input_tokens=900, output_tokens=12)
+        )
+    )
+    counter = CharCounter()
+    llm = MeteredLLM(scripted, counter)
+    controller = _controller(
+        140, LLMSummary(max_preserved_messages=2, max_input_tokens=10_000), llm=llm
+    )
+    stats = await replay(_conversation(), controller, counter=counter, llm=llm)
+    assert (stats.summarizer_calls, stats.summarizer_tokens) == (1, 912)  # 900 in + 12 out
+    assert stats.compactions == 1
+    assert len(scripted.requests) == 1
+
+
+async def test_metered_llm_estimates_tokens_when_no_usage_is_reported() -> None:
+    llm = MeteredLLM(ScriptedLLM("abcd"), CharCounter())
+    await llm.complete([Message.user("x" * 10)], system="yyy")
+    # Prompt: system "yyy" (3) + user (10); answer "abcd" (4) -> 17.
+    assert (llm.calls, llm.tokens) == (1, 17)
