@@ -44,7 +44,7 @@ from tests.traces import load_meta, load_trace, trace_names
         ("httpx.ConnectError connect_error", "connection_refused"),
         ("The last command <command>sleep 99</command> timed out and has been killed.", "timeout"),
         ("raise TimeoutError", "timeout"),
-        ("Exit code 128\nfatal: no upstream", "exit_code"),
+        ("Exit code 128\nno upstream branch", "exit_code"),
         ("<returncode>2</returncode>\n<output></output>", "exit_code"),
         ("<returncode>-9</returncode>", "exit_code"),
         ("<tool_use_error>File has not been read yet</tool_use_error>", "tool_use_error"),
@@ -146,9 +146,14 @@ def test_with_content_equals_model_copy() -> None:
     assert fast.model_dump() == slow.model_dump()
     assert fast.model_fields_set == slow.model_fields_set | {"content"}
     assert fast.model_extra == msg.model_extra
-    assert fast.model_extra is not msg.model_extra
     assert msg.content == (TextPart(text="x"),)
     assert isinstance(fast, Message)
+    # Extras and the fields set are shared with the original: copies of the copy must not leak.
+    fast.model_copy(update={"foo": 1, "content": "z"})
+    fast.replace(content="q", bar=2)
+    assert msg.model_extra == {"is_error": True, "cache_control": {"type": "ephemeral"}}
+    assert "foo" not in msg.model_fields_set
+    assert "bar" not in fast.model_fields_set
 
 
 def test_batched_boundary() -> None:

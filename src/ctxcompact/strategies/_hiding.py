@@ -10,11 +10,15 @@ from .._tokens import HeuristicTokenCounter, TokenCounter
 from ..exceptions import ConfigError
 from ._shared import (
     HIDDEN_PLACEHOLDER,
+    SET_DICT,
+    SET_EXTRA,
+    SET_FIELDS_SET,
+    SET_PRIVATE,
     batched_boundary,
     check_int,
     group_results,
     old_groups_end,
-    with_content,
+    rewrite_contents,
 )
 
 if TYPE_CHECKING:
@@ -82,14 +86,15 @@ class ToolResultHiding:
         self, history: Sequence[Message], *, token_counter: TokenCounter | None = None
     ) -> list[Message] | None:
         """The synchronous core of :meth:`compact` (``token_counter`` serves ``clear_at_least``)."""
+        if not (self.batch_turns or self.clear_at_least):
+            return _hide_before(
+                history, old_groups_end(history, self.preserve_recent_n), self.placeholder
+            )
         indices = self.hidden_indices(history, token_counter=token_counter)
         if not indices:
             return None
-        out = list(history)
         placeholder = self.placeholder
-        for i in indices:
-            out[i] = with_content(history[i], placeholder)
-        return out
+        return rewrite_contents(history, [(i, placeholder) for i in indices])
 
     def hidden_indices(
         self, history: Sequence[Message], *, token_counter: TokenCounter | None = None
@@ -130,3 +135,53 @@ class ToolResultHiding:
             and isinstance(content[0], TextPart)
             and content[0].text == self.placeholder
         )
+
+
+def _hide_before(history: Sequence[Message], stop: int, placeholder: str) -> list[Message] | None:
+    """Hide every result of the groups that start before ``stop``, in one fused pass.
+
+    The same result as :meth:`ToolResultHiding.hidden_indices` plus
+    :func:`~._shared.rewrite_contents`, written as one loop because hiding must cost little
+    more than copying the list (``benchmarks/bench_strategies.py``): the group scan of
+    :func:`~._shared.group_results`, the already-hidden test and the copy, all inline.
+    """
+    out: list[Message] | None = None
+    new_object = object.__new__
+    set_dict, set_extra, set_fields_set, set_private = (
+        SET_DICT,
+        SET_EXTRA,
+        SET_FIELDS_SET,
+        SET_PRIVATE,
+    )
+    ids: object = ()
+    for i in range(min(stop, len(history))):
+        message = history[i]
+        role = message.role
+        if role == "tool":
+            if message.tool_call_id not in ids:  # type: ignore[operator]
+                continue
+            content = message.content
+            if content == placeholder or (
+                type(content) is tuple
+                and len(content) == 1
+                and isinstance(content[0], TextPart)
+                and content[0].text == placeholder
+            ):
+                continue
+            if out is None:
+                out = list(history)
+            new = new_object(type(message))
+            fields = message.__dict__.copy()
+            fields["content"] = placeholder
+            set_dict(new, fields)
+            set_extra(new, message.__pydantic_extra__)  # shared: see with_content
+            fields_set = message.__pydantic_fields_set__
+            set_fields_set(new, fields_set if "content" in fields_set else fields_set | {"content"})
+            set_private(new, message.__pydantic_private__)
+            out[i] = new
+        elif role == "assistant" and message.tool_calls:
+            calls = message.tool_calls
+            ids = (calls[0].id,) if len(calls) == 1 else {c.id for c in calls}
+        else:
+            ids = ()
+    return out

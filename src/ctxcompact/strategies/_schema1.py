@@ -27,8 +27,8 @@ from ._shared import (
     looks_like_error,
     placeholder_pattern,
     render_placeholder,
+    rewrite_contents,
     validate_template,
-    with_content,
 )
 
 if TYPE_CHECKING:
@@ -283,7 +283,4 @@ class Schema1Masking:
         )
         if not plan:
             return None
-        out = list(history)
-        for i, text in plan:
-            out[i] = with_content(history[i], text)
-        return out
+        return rewrite_contents(history, plan)

@@ -9,8 +9,10 @@ from __future__ import annotations
 import json
 import re
 import string
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from functools import lru_cache
+
+from pydantic import BaseModel
 
 from .._messages import Message, TextPart
 from ..exceptions import ConfigError
@@ -30,6 +32,7 @@ __all__ = [
     "old_groups_end",
     "placeholder_pattern",
     "render_placeholder",
+    "rewrite_contents",
     "validate_template",
     "with_content",
 ]
@@ -52,7 +55,14 @@ UNKNOWN_TOOL_NAME = "inconnu"
 
 # -- fast copies ------------------------------------------------------------------------------
 
-_set_attr = object.__setattr__
+# pydantic's own slot descriptors, called directly: half the cost of object.__setattr__,
+# which looks the name up through the class hierarchy on every call.
+_SLOTS = BaseModel.__dict__
+SET_DICT = _SLOTS["__dict__"].__set__
+SET_EXTRA = _SLOTS["__pydantic_extra__"].__set__
+SET_FIELDS_SET = _SLOTS["__pydantic_fields_set__"].__set__
+SET_PRIVATE = _SLOTS["__pydantic_private__"].__set__
+_CONTENT_KEY = frozenset({"content"})
 
 
 def with_content(message: Message, content: str) -> Message:
@@ -65,30 +75,81 @@ def with_content(message: Message, content: str) -> Message:
     new = object.__new__(type(message))
     fields = message.__dict__.copy()
     fields["content"] = content
-    extra = message.__pydantic_extra__
-    _set_attr(new, "__dict__", fields)
-    _set_attr(new, "__pydantic_extra__", dict(extra) if extra else extra)
-    _set_attr(new, "__pydantic_fields_set__", message.__pydantic_fields_set__ | {"content"})
-    _set_attr(new, "__pydantic_private__", message.__pydantic_private__)
+    SET_DICT(new, fields)
+    # Extras and the fields set are shared, never mutated: frozen models cannot change
+    # them, and pydantic copies both before updating a copy (``model_copy``).
+    SET_EXTRA(new, message.__pydantic_extra__)
+    fields_set = message.__pydantic_fields_set__
+    SET_FIELDS_SET(new, fields_set if "content" in fields_set else fields_set | _CONTENT_KEY)
+    SET_PRIVATE(new, message.__pydantic_private__)
     return new
+
+
+def rewrite_contents(history: Sequence[Message], plan: Iterable[tuple[int, str]]) -> list[Message]:
+    """A new list: ``history`` with ``message[i]`` replaced by its copy with content ``text``
+    for each ``(i, text)`` of ``plan``; every other message is reused.
+
+    :func:`with_content` inlined into one loop: hiding rewrites thousands of results per call,
+    and per-call overhead is most of its cost.
+    """
+    out = list(history)
+    new_object = object.__new__
+    set_dict, set_extra, set_fields_set, set_private = (
+        SET_DICT,
+        SET_EXTRA,
+        SET_FIELDS_SET,
+        SET_PRIVATE,
+    )
+    content_key = _CONTENT_KEY
+    for i, text in plan:
+        message = history[i]
+        new = new_object(type(message))
+        fields = message.__dict__.copy()
+        fields["content"] = text
+        set_dict(new, fields)
+        set_extra(new, message.__pydantic_extra__)  # shared: see with_content
+        fields_set = message.__pydantic_fields_set__
+        set_fields_set(new, fields_set if "content" in fields_set else fields_set | content_key)
+        set_private(new, message.__pydantic_private__)
+        out[i] = new
+    return out
 
 
 # -- the error heuristic ----------------------------------------------------------------------
 
 # Each pattern is anchored to a line start or to a marker tools really print, so prose that
 # merely mentions "error", "exception" or "timeout" does not count (seed 001 warns of this).
-_ERROR_PATTERNS: tuple[tuple[str, str], ...] = (
-    ("traceback", r"^Traceback \(most recent call last\)"),
-    ("error_line", r"^[ \t]*(?:Error|ERROR|FATAL|fatal)\b[ \t]*:"),
-    ("error_word", r"^ERROR\b"),
-    ("exception_line", r"^[ \t]*(?:[A-Za-z_]\w*\.)*\w*(?:Exception|Error)\b:"),
-    ("connection_refused", r"(?i:connection refused)|ECONNREFUSED|\bconnect_error\b"),
-    ("timeout", r"\btimed out\b|\bTimeoutError\b"),
-    ("exit_code", r"^Exit code [1-9]\d*|<returncode>(?:-\d+|[1-9]\d*)</returncode>"),
-    ("tool_use_error", r"<tool_use_error>"),
+# The keywords are plain substrings every match contains: ``in`` is a fast C search, so the
+# regex only runs on the few texts that have one (tool outputs run to megabytes per call).
+_ERROR_PATTERNS: tuple[tuple[str, tuple[str, ...], str], ...] = (
+    ("traceback", ("Traceback (most recent call last)",), r"^Traceback \(most recent call last\)"),
+    (
+        "error_line",
+        ("Error", "ERROR", "FATAL", "fatal"),
+        r"^[ \t]*(?:Error|ERROR|FATAL|fatal)\b[ \t]*:",
+    ),
+    ("error_word", ("ERROR",), r"^ERROR\b"),
+    (
+        "exception_line",
+        ("Exception:", "Error:"),
+        r"^[ \t]*(?:[A-Za-z_]\w*\.)*\w*(?:Exception|Error):",
+    ),
+    (
+        "connection_refused",
+        ("onnection refused", "ONNECTION REFUSED", "ECONNREFUSED", "connect_error"),
+        r"(?i:connection refused)|ECONNREFUSED|\bconnect_error\b",
+    ),
+    ("timeout", ("timed out", "TimeoutError"), r"\btimed out\b|\bTimeoutError\b"),
+    (
+        "exit_code",
+        ("Exit code ", "<returncode>"),
+        r"^Exit code [1-9]\d*|<returncode>(?:-\d+|[1-9]\d*)</returncode>",
+    ),
+    ("tool_use_error", ("<tool_use_error>",), r"<tool_use_error>"),
 )
-_ERROR_RE = re.compile(
-    "|".join(f"(?P<{name}>{pattern})" for name, pattern in _ERROR_PATTERNS), re.MULTILINE
+_ERROR_CHECKS = tuple(
+    (name, keywords, re.compile(pattern, re.MULTILINE))
+    for name, keywords, pattern in _ERROR_PATTERNS
 )
 _EMPTY: tuple[object, ...] = (None, False, "", 0, [], {})
 
@@ -124,8 +185,10 @@ def error_reason(text: str) -> str | None:
     """
     if _json_error(text):
         return "json_error"
-    match = _ERROR_RE.search(text)
-    return match.lastgroup if match else None
+    for name, keywords, pattern in _ERROR_CHECKS:
+        if any(k in text for k in keywords) and pattern.search(text):
+            return name
+    return None
 
 
 def looks_like_error(content: object) -> bool:
