@@ -167,6 +167,32 @@ async def test_clear_at_least_waits_until_enough_tokens_can_be_cleared() -> None
     assert masked(history, out) == [1, 5]
 
 
+async def test_clear_at_least_moves_the_masked_prefix_in_steps_of_that_many_tokens() -> None:
+    """Files re-read in pairs, each pair freeing ``s`` tokens; with ``T = 2s`` the masks
+    appear two pairs at a time, and in between the output does not change."""
+    counter = HeuristicTokenCounter()
+    strategy = SupersededReadMasking(counter)
+    history = [*turn(read("x1", "x.py")), *turn(read("x2", "x.py"))]
+    out = await compact(strategy, history)
+    assert out is not None
+    s = counter.count(history) - counter.count(out)
+    batched = SupersededReadMasking(counter, clear_at_least=2 * s)
+    history = []
+    seen: list[list[int]] = []
+    for name in "abcdef":
+        history += [*turn(read(f"{name}1", f"{name}.py")), *turn(read(f"{name}2", f"{name}.py"))]
+        seen.append(masked(history, await compact(batched, history)))
+    first_reads = [1, 5, 9, 13, 17, 21]  # the result of each pair's first read
+    assert seen == [
+        [],
+        first_reads[:2],
+        first_reads[:2],
+        first_reads[:4],
+        first_reads[:4],
+        first_reads[:6],
+    ]
+
+
 async def test_batch_turns_moves_the_masked_prefix_in_steps() -> None:
     """Growing one turn at a time, the rewrite changes only when a batch boundary is crossed."""
     strategy = SupersededReadMasking(batch_turns=3)

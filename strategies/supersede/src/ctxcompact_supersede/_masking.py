@@ -71,11 +71,12 @@ class SupersededReadMasking:
     Error results are kept (the model may need to know what failed), and a result is only
     superseded by a later result that is not an error.
 
-    Cache awareness, as for ctxcompact's built-in maskers: with ``batch_turns=N`` only calls
-    in the first ``N * k`` tool-call turns can supersede, so the rewritten prefix changes once
-    every ``N`` turns instead of at every call; with ``clear_at_least=T`` nothing is rewritten
-    until at least ``T`` tokens can be cleared. Both are computed from the history alone, so
-    the strategy is stateless.
+    Cache awareness, with the built-in maskers' batching rule: with ``batch_turns=N`` only
+    calls in the first ``N * k`` tool-call turns can supersede, so the rewritten prefix
+    changes once every ``N`` turns instead of at every call; with ``clear_at_least=T`` that
+    boundary moves only when the tokens freed, counted from the oldest turn, cross a multiple
+    of ``T`` (so at least ``T`` tokens per move). Both are computed from the history alone,
+    so the strategy is stateless.
 
     Args:
         counter: Counts the tokens cleared (injected by ctxcompact's loader by annotation).
@@ -83,7 +84,8 @@ class SupersededReadMasking:
         placeholder: The replacement text (``{tool}``, ``{key}``, ``{value}`` filled in).
         keep_errors: Never mask a result that looks like an error.
         batch_turns: Move the superseding horizon in steps of this many tool-call turns.
-        clear_at_least: Do nothing unless at least this many tokens would be cleared.
+        clear_at_least: Move the masked prefix only in steps freeing at least this many
+            tokens.
 
     Example:
         >>> s = SupersededReadMasking(tools={"read_file": "path"})
@@ -148,50 +150,51 @@ class SupersededReadMasking:
                         failed=any(_looks_like_error(history[i]) for i in results),
                     )
                 )
-        horizon = len(groups)
-        if self.batch_turns:
-            horizon = len(groups) // self.batch_turns * self.batch_turns
-        return reads, horizon
+        return reads, len(groups)
 
-    def superseded(self, history: Sequence[Message]) -> dict[int, str]:
-        """Index of each result to mask -> its placeholder text."""
-        reads, horizon = self._reads(history)
-        # Walk from the newest call back, remembering the successful later calls per key.
+    def superseded(self, history: Sequence[Message]) -> dict[int, Message]:
+        """Index of each result to mask -> the masked copy (only those that save tokens)."""
+        reads, n_groups = self._reads(history)
+        # Walk from the newest call back, remembering the successful later calls per key, to
+        # find for each read the earliest later turn that supersedes it.
         later: dict[tuple[str, str], list[tuple[int, Mapping[str, Any]]]] = {}
-        masks: dict[int, str] = {}
+        candidates: list[tuple[int, int, Message]] = []  # (superseding turn, index, masked)
         for read in reversed(reads):
             slot = (read.tool, read.value)
-            covering = any(
-                group > read.group and (not others or others == read.others)
+            by = [
+                group
                 for group, others in later.get(slot, ())
-            )
-            if covering and not (self.keep_errors and read.failed):
+                if group > read.group and (not others or others == read.others)
+            ]
+            if by and not (self.keep_errors and read.failed):
                 text = self.placeholder.format(
                     tool=read.tool, key=read.key, value=read.value.strip('"')
                 )
                 for index in read.results:
-                    if history[index].text != text or not isinstance(history[index].content, str):
-                        masks[index] = text
-            if read.results and not read.failed and read.group < horizon:
+                    masked = history[index].replace(content=text)
+                    candidates.append((min(by), index, masked))
+            if read.results and not read.failed:
                 later.setdefault(slot, []).append((read.group, read.others))
-        return masks
+        # Per superseding turn, the tokens its masks would free (results shorter than the
+        # placeholder are kept: masking them would cost tokens).
+        freed = [0] * n_groups
+        useful: list[tuple[int, int, Message]] = []
+        for turn, index, masked in candidates:
+            saved = self.counter.count_message(history[index]) - self.counter.count_message(masked)
+            if saved > 0:
+                freed[turn] += saved
+                useful.append((turn, index, masked))
+        horizon = _batched_horizon(n_groups, freed, self.batch_turns, self.clear_at_least)
+        return {index: masked for turn, index, masked in useful if turn < horizon}
 
     async def compact(self, ctx: CompactionContext) -> Sequence[Message] | None:
         """The history with superseded results masked, or ``None`` when there are none."""
-        history = ctx.history
-        masks = self.superseded(history)
+        masks = self.superseded(ctx.history)
         if not masks:
             return None
-        out = list(history)
-        cleared = 0
-        for index, text in masks.items():
-            new = history[index].replace(content=text)
-            saved = self.counter.count_message(history[index]) - self.counter.count_message(new)
-            if saved > 0:  # a result shorter than the placeholder is cheaper kept as it is
-                cleared += saved
-                out[index] = new
-        if cleared == 0 or cleared < self.clear_at_least:
-            return None
+        out = list(ctx.history)
+        for index, masked in masks.items():
+            out[index] = masked
         return out
 
     def __repr__(self) -> str:
@@ -199,3 +202,20 @@ class SupersededReadMasking:
             f"SupersededReadMasking(tools={self.tools!r}, batch_turns={self.batch_turns}, "
             f"clear_at_least={self.clear_at_least})"
         )
+
+
+def _batched_horizon(n: int, freed: Sequence[int], batch_turns: int, clear_at_least: int) -> int:
+    """How many tool-call turns, oldest first, may supersede: all ``n``, rounded down to a
+    multiple of ``batch_turns``, then moved back to the last turn at which the tokens freed
+    so far cross a multiple of ``clear_at_least`` (the built-in maskers' batching rule), so
+    the masked prefix changes rarely and by at least that much. Stateless."""
+    horizon = n - n % batch_turns if batch_turns > 0 else n
+    if clear_at_least <= 0:
+        return horizon
+    total = allowed = 0
+    for turn in range(horizon):
+        before = total // clear_at_least
+        total += freed[turn]
+        if total // clear_at_least > before:
+            allowed = turn + 1
+    return allowed
