@@ -174,7 +174,7 @@ class Agent:
                 on_event=self._record_event,
             )
         self.history: list[Message] = []
-        """What is sent to the model (after compaction); may be shorter than the transcript."""
+        """The stored history, compacted: each request is this through the transforms."""
         self.transcript: list[TranscriptEntry] = []
         """Every message ever added and every compaction event, in order. Never compacted."""
         self.stop_reason: StopReason | None = None
