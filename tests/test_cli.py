@@ -1,0 +1,277 @@
+"""Every command through its real entry point (a subprocess), on public traces and bad files.
+
+Also pins the documented ``--json`` schemas (exact keys and types) and checks that ``--plot``
+writes a PNG matplotlib can read back.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ctxcompact import check_history, from_openai
+from tests.traces import TRACES_DIR
+
+SMALL = TRACES_DIR / "taubench-gpt4o-airline__task3_trial0.json"
+MSA = TRACES_DIR / "msa-gemini3pro__astropy__astropy-8872.json"
+SCRIPT = Path(sys.executable).with_name("ctxcompact")
+
+
+def run(*args: str | Path, script: bool = False) -> subprocess.CompletedProcess[str]:
+    command = [str(SCRIPT)] if script else [sys.executable, "-m", "ctxcompact"]
+    return subprocess.run(
+        [*command, *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+STATS: dict[str, type | tuple[type, ...]] = {
+    "calls": int,
+    "compactions": int,
+    "failed_compactions": int,
+    "input_tokens": int,
+    "peak_context_tokens": int,
+    "cost": (int, float),
+    "cache_breaks": int,
+    "summarizer_calls": int,
+    "summarizer_tokens": int,
+}
+RATIOS = {"input_tokens", "peak_context_tokens", "cost"}
+
+
+def assert_shape(value: dict[str, Any], shape: dict[str, Any]) -> None:
+    assert set(value) == set(shape)
+    for key, kind in shape.items():
+        assert isinstance(value[key], kind), (key, value[key])
+
+
+def test_replay_with_no_file_replays_the_demo_through_the_console_script() -> None:
+    result = run("replay", script=SCRIPT.exists())
+    assert result.returncode == 0, result.stderr
+    assert "demo (built-in): 50 messages" in result.stdout
+    assert "tool-result-hiding" in result.stdout
+    compactions = next(line for line in result.stdout.splitlines() if "compactions" in line)
+    assert compactions.split()[-1] != "0"  # the defaults make the demo compact
+
+
+def test_replay_json_schema_and_totals(tmp_path: Path) -> None:
+    plot = tmp_path / "context.png"
+    result = run(
+        "replay", SMALL, MSA, "--strategy", "schema1-masking", "--param", "window_turns=5",
+        "--json", "--plot", plot, "--no-progress",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    doc = json.loads(result.stdout)
+    assert set(doc) == {"schema", "settings", "files", "total"}
+    assert doc["schema"] == "ctxcompact.replay/1"
+    assert doc["settings"] == {
+        "strategy": "schema1-masking",
+        "max_context_size": 16000,
+        "reserved_context_size": 4000,
+        "cached_price": 0.1,
+        "token_counter": "heuristic",
+    }
+    assert [f["file"] for f in doc["files"]] == [str(SMALL), str(MSA)]
+    for entry in doc["files"]:
+        assert set(entry) == {"file", "messages", "baseline", "compacted", "ratios"}
+        for side in ("baseline", "compacted"):
+            stats = entry[side]
+            assert_shape(stats, {**STATS, "context_tokens": list})
+            assert len(stats["context_tokens"]) == stats["calls"]
+            assert sum(stats["context_tokens"]) == stats["input_tokens"]
+            assert max(stats["context_tokens"]) == stats["peak_context_tokens"]
+        assert set(entry["ratios"]) == RATIOS
+        base, comp = entry["baseline"], entry["compacted"]
+        assert entry["ratios"]["input_tokens"] == round(
+            comp["input_tokens"] / base["input_tokens"], 4
+        )
+        assert base["compactions"] == base["cache_breaks"] == 0  # no compaction never breaks
+    msa = doc["files"][1]
+    assert msa["compacted"]["compactions"] >= 1
+    assert msa["compacted"]["input_tokens"] < msa["baseline"]["input_tokens"]
+    total = doc["total"]
+    assert set(total) == {"files", "messages", "baseline", "compacted", "ratios"}
+    assert_shape(total["compacted"], STATS)
+    assert total["files"] == 2
+    assert total["messages"] == sum(f["messages"] for f in doc["files"])
+    for key in ("calls", "input_tokens", "compactions", "cache_breaks"):
+        assert total["compacted"][key] == sum(f["compacted"][key] for f in doc["files"])
+
+    data = plot.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    import matplotlib.image
+
+    image = matplotlib.image.imread(plot)
+    assert image.ndim == 3
+    assert image.shape[0] > 100
+    assert image.shape[1] > 100
+
+
+def test_apply_reports_schema1_fields_and_writes_the_input_format(tmp_path: Path) -> None:
+    out = tmp_path / "compacted.json"
+    result = run(
+        "apply", MSA, "--strategy", "schema1-masking", "--param", "window_turns=5",
+        "-o", out, "--json",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert_shape(
+        report,
+        {
+            "schema": str,
+            "file": str,
+            "format": str,
+            "strategy": str,
+            "status": str,
+            "error": type(None),
+            "messages_before": int,
+            "messages_after": int,
+            "masked_tool_results": int,
+            "tool_chars_before": int,
+            "tool_chars_after": int,
+            "tokens_before": int,
+            "tokens_after": int,
+        },
+    )
+    assert (report["schema"], report["format"], report["status"]) == (
+        "ctxcompact.apply/1",
+        "openai",
+        "compacted",
+    )
+    original = json.loads(MSA.read_text("utf-8"))
+    written = json.loads(out.read_text("utf-8"))
+    assert report["messages_before"] == report["messages_after"] == len(written) == len(original)
+    assert report["masked_tool_results"] > 0
+    assert report["tool_chars_after"] < report["tool_chars_before"]
+    assert report["tokens_after"] < report["tokens_before"]
+    changed = [i for i, (a, b) in enumerate(zip(original, written, strict=True)) if a != b]
+    assert len(changed) == report["masked_tool_results"]
+    assert all(written[i]["role"] == "tool" for i in changed)
+    assert check_history(from_openai(written)) == []
+
+
+def test_apply_keeps_an_anthropic_body_anthropic(tmp_path: Path) -> None:
+    body = {
+        "model": "claude-x",
+        "max_tokens": 64,
+        "system": "be brief",
+        "messages": [
+            {"role": "user", "content": "look"},
+            *[
+                message
+                for i in range(3)
+                for message in (
+                    {
+                        "role": "assistant",
+                        "content": [{"type": "tool_use", "id": f"t{i}", "name": "ls", "input": {}}],
+                    },
+                    {
+                        "role": "user",
+                        "content": [
+                            {"type": "tool_result", "tool_use_id": f"t{i}", "content": "x" * 500}
+                        ],
+                    },
+                )
+            ],
+        ],
+    }
+    src, out = tmp_path / "body.json", tmp_path / "out.json"
+    src.write_text(json.dumps(body), encoding="utf-8")
+    result = run("apply", src, "--strategy", "tool-result-hiding", "--param", "preserve_recent_n=1",
+                 "-o", out)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert "(anthropic)" in result.stdout
+    assert "masked tool results        2" in result.stdout
+    written = json.loads(out.read_text("utf-8"))
+    assert (written["model"], written["system"]) == ("claude-x", "be brief")
+    results = [m["content"][0]["content"] for m in written["messages"][2::2]]
+    assert results[-1] == "x" * 500
+    assert all(r != "x" * 500 for r in results[:-1])
+
+
+def test_validate_reports_problems_with_their_index(tmp_path: Path) -> None:
+    broken = json.loads(SMALL.read_text("utf-8"))
+    broken.insert(3, {"role": "tool", "tool_call_id": "nobody", "content": "orphan"})
+    bad = tmp_path / "orphan.json"
+    bad.write_text(json.dumps(broken), encoding="utf-8")
+    ok = run("validate", SMALL, MSA)
+    assert ok.returncode == 0, ok.stderr
+    assert f"{SMALL}: 62 messages, ok" in ok.stdout
+    result = run("validate", SMALL, bad, "--json")
+    assert result.returncode == 1
+    doc = json.loads(result.stdout)
+    assert set(doc) == {"schema", "valid", "files"}
+    assert (doc["schema"], doc["valid"]) == ("ctxcompact.validate/1", False)
+    good, wrong = doc["files"]
+    assert set(good) == {"file", "error", "format", "messages", "valid", "problems"}
+    assert (good["valid"], good["problems"]) == (True, [])
+    assert wrong["valid"] is False
+    assert {"index": 3, "kind": "orphan_result"}.items() <= wrong["problems"][0].items()
+    assert isinstance(wrong["problems"][0]["message"], str)
+
+
+@pytest.mark.parametrize(
+    ("command", "content", "expected"),
+    [
+        ("replay", '[{"role": "user", "content": "a"},\n {"content": ]', "message 1: invalid JSON"),
+        ("apply", '[{"role": "user", "content": "a"}, {"role": "robot"}]', "message 1, field"),
+        ("validate", '{"model": "x"}', "expected a JSON list of messages"),
+    ],
+)
+def test_bad_files_exit_2_naming_the_file_and_message(
+    tmp_path: Path, command: str, content: str, expected: str
+) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text(content, encoding="utf-8")
+    extra = ["--strategy", "tool-result-hiding"] if command == "apply" else []
+    result = run(command, bad, *extra)
+    assert result.returncode == 2
+    assert result.stderr.startswith(f"ctxcompact: error: {bad}: ")
+    assert expected in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_missing_file_and_bad_usage_exit_2(tmp_path: Path) -> None:
+    missing = run("replay", tmp_path / "nope.json")
+    assert missing.returncode == 2
+    assert f"{tmp_path / 'nope.json'}: no such file" in missing.stderr
+    usage = run("replay", "--cached-price", "2")
+    assert usage.returncode == 2
+    assert "--cached-price must be between 0 and 1" in usage.stderr
+
+
+def test_a_strategy_that_needs_an_llm_fails_without_one() -> None:
+    result = run("replay", MSA, "--strategy", "llm-summary", "--json")
+    assert result.returncode == 2
+    assert "needs an LLM and none is configured" in result.stderr
+    assert result.stdout == ""  # no report built on a fake or missing summary
+
+
+def test_strategies_lists_builtins_with_parameters_as_text_and_json() -> None:
+    text = run("strategies")
+    assert text.returncode == 0
+    for name in ("tool-result-hiding", "schema1-masking", "llm-summary", "context-guard"):
+        assert f"{name}  (ctxcompact.strategies:" in text.stdout
+    assert "preserve_recent_n: int = 5" in text.stdout
+    doc = json.loads(run("strategies", "--json").stdout)
+    assert doc["schema"] == "ctxcompact.strategies/1"
+    by_name = {s["name"]: s for s in doc["strategies"]}
+    hiding = by_name["tool-result-hiding"]
+    assert set(hiding) == {"name", "target", "summary", "error", "dependencies", "params"}
+    assert hiding["target"] == "ctxcompact.strategies:ToolResultHiding"
+    params = {p["name"]: p for p in hiding["params"]}
+    assert params["preserve_recent_n"] == {
+        "name": "preserve_recent_n",
+        "annotation": "int",
+        "required": False,
+        "default": 5,
+    }
+    assert [d["name"] for d in by_name["llm-summary"]["dependencies"]] == ["llm"]
