@@ -75,11 +75,11 @@ class Agent:
         reserved_context_size: Tokens kept free for the answer and the next tool results
             (default 50,000); compaction triggers when ``tokens + reserved >=
             max_context_size``.
-        trigger_ratio: Trigger at this fraction of the window instead, when given.
+        trigger_ratio: Also trigger when the tokens reach this fraction of the window.
         token_counter: Estimates tokens; the controller's default heuristic when ``None``.
         transforms: Per-request strategies applied to each request, never to the stored
             history (Schema 1 masking, a context guard...).
-        max_steps: The most model calls one :meth:`run` may make.
+        max_steps: The most model calls one :meth:`run` may make (default 50).
         max_tokens: The output limit passed to every model call.
         tool_result_truncation: Cuts each tool result on arrival into the history (the
             transcript keeps it whole), e.g. ``ToolResultTruncation(max_chars=8000)``.
@@ -91,7 +91,8 @@ class Agent:
 
     Example:
         >>> from ctxcompact.testing import ScriptedLLM
-        >>> agent = Agent(ScriptedLLM("Hello!"), max_context_size=8000)
+        >>> llm = ScriptedLLM("Hello!")
+        >>> agent = Agent(llm, max_context_size=32_000, reserved_context_size=4_000)
         >>> asyncio.run(agent.run("hi"))
         'Hello!'
     """
