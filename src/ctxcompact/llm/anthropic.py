@@ -62,7 +62,8 @@ class AnthropicLLM:
     Args:
         model: The model name sent with every request.
         client: A ready ``AsyncAnthropic``; then ``api_key``, ``base_url`` and ``http_client``
-            must not be given, and retries are not reported.
+            must not be given, ``timeout`` and ``max_retries`` are the client's own, and
+            retries are not reported.
         api_key: The key; ``None`` lets the SDK read ``ANTHROPIC_API_KEY``.
         base_url: Another endpoint (a gateway or a compatible server).
         timeout: Seconds per attempt.

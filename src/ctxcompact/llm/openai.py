@@ -54,9 +54,9 @@ class OpenAIChatLLM:
 
     Args:
         model: The model name sent with every request.
-        client: A ready ``AsyncOpenAI``; then ``api_key``, ``base_url``, ``timeout``,
-            ``max_retries`` and ``http_client`` must not be given, and retries are not
-            reported (the adapter cannot hook a client it did not build).
+        client: A ready ``AsyncOpenAI``; then ``api_key``, ``base_url`` and ``http_client``
+            must not be given, ``timeout`` and ``max_retries`` are the client's own, and
+            retries are not reported (the adapter cannot hook a client it did not build).
         api_key: The key; ``None`` lets the SDK read ``OPENAI_API_KEY``.
         base_url: An OpenAI-compatible endpoint (``http://127.0.0.1:8000/v1``).
         timeout: Seconds per attempt.
