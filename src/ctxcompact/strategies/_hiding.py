@@ -154,8 +154,7 @@ def _hide_before(history: Sequence[Message], stop: int, placeholder: str) -> lis
         SET_PRIVATE,
     )
     ids: object = ()
-    for i in range(min(stop, len(history))):
-        message = history[i]
+    for i, message in zip(range(stop), history, strict=False):
         role = message.role
         if role == "tool":
             if message.tool_call_id not in ids:  # type: ignore[operator]

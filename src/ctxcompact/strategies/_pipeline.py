@@ -66,14 +66,15 @@ ToolResultHiding(preserve_recent_n=3, batch_turns=0, clear_at_least=0))
         current = ctx
         changed = False
         for strategy in self.strategies:
+            if current.history is not history:
+                # Re-counted only when a later step will look at it.
+                current = dataclasses.replace(
+                    ctx, history=history, token_count=ctx.token_counter.count(history)
+                )
             out = await strategy.compact(current)
-            if out is None:
-                continue
-            history = out
-            changed = True
-            current = dataclasses.replace(
-                ctx, history=out, token_count=ctx.token_counter.count(out)
-            )
+            if out is not None:
+                history = out
+                changed = True
         return history if changed else None
 
 

@@ -282,8 +282,7 @@ def group_results(history: Sequence[Message], stop: int) -> list[int]:
     out: list[int] = []
     append = out.append
     ids: object = ()
-    for i in range(min(stop, len(history))):
-        message = history[i]
+    for i, message in zip(range(stop), history, strict=False):
         role = message.role
         if role == "tool":
             if message.tool_call_id in ids:  # type: ignore[operator]
