@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from ._agent import Agent
     from ._anthropic_format import from_anthropic, to_anthropic
-    from ._config import Config, load_config
+    from ._config import Config, LLMConfig, load_config
     from ._contract import (
         LLM,
         CompactionContext,
@@ -53,6 +53,7 @@ _EXPORTS: dict[str, str] = {
     "HistoryProblem": "._validate",
     "ImagePart": "._messages",
     "LLM": "._contract",
+    "LLMConfig": "._config",
     "Message": "._messages",
     "RawPart": "._messages",
     "TextPart": "._messages",
