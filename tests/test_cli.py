@@ -275,3 +275,18 @@ def test_strategies_lists_builtins_with_parameters_as_text_and_json() -> None:
         "default": 5,
     }
     assert [d["name"] for d in by_name["llm-summary"]["dependencies"]] == ["llm"]
+
+
+def test_plot_without_matplotlib_says_which_extra_to_install(tmp_path: Path) -> None:
+    # The real entry point, in a process where matplotlib cannot be imported.
+    code = (
+        "import sys; sys.modules['matplotlib'] = None; from ctxcompact.cli import main; "
+        f"sys.exit(main(['replay', '--plot', {str(tmp_path / 'x.png')!r}]))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert result.returncode == 2
+    assert "pip install 'ctxcompact[plot]'" in result.stderr
+    assert result.stdout == ""  # failed before replaying anything
+    assert not (tmp_path / "x.png").exists()

@@ -13,7 +13,14 @@ from typing import TYPE_CHECKING, Any
 
 from ._io import CliError, Conversation, load_demo, read_conversation
 from ._replay import FileReplay, replay_file
-from ._report import ReplaySettings, dumps, plot_replays, replay_json, replay_text
+from ._report import (
+    ReplaySettings,
+    dumps,
+    plot_replays,
+    replay_json,
+    replay_text,
+    require_matplotlib,
+)
 from ._setup import DEFAULT_STRATEGY, Setup, build_setup
 
 if TYPE_CHECKING:
@@ -153,6 +160,8 @@ def _apply_text(report: dict[str, Any]) -> str:
 def run_replay(args: argparse.Namespace) -> int:
     if not 0.0 <= args.cached_price <= 1.0:
         raise CliError(f"--cached-price must be between 0 and 1, got {args.cached_price}")
+    if args.plot:
+        require_matplotlib()
     conversations = _read_all(args.files, args.format) if args.files else [load_demo()]
     setup = build_setup(args, default_strategy=DEFAULT_STRATEGY)
     replays = asyncio.run(_replay_all(args, conversations, setup))

@@ -186,19 +186,29 @@ def _short_name(name: str) -> str:
     return name.replace("\\", "/").rsplit("/", 1)[-1]
 
 
+def require_matplotlib() -> None:
+    """Fail before a long replay, not after it, when ``--plot`` cannot work.
+
+    Raises:
+        MissingDependencyError: matplotlib (the ``plot`` extra) is not installed.
+    """
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        raise MissingDependencyError("ctxcompact replay --plot", "plot") from None
+
+
 def plot_replays(settings: ReplaySettings, replays: Sequence[FileReplay], out: str) -> None:
     """Draw context tokens per call, with and without compaction, one panel per file.
 
     Raises:
         MissingDependencyError: matplotlib (the ``plot`` extra) is not installed.
     """
-    try:
-        import matplotlib
+    require_matplotlib()
+    import matplotlib
 
-        matplotlib.use("Agg")  # files only; never open a window
-        import matplotlib.pyplot as plt
-    except ImportError:
-        raise MissingDependencyError("ctxcompact replay --plot", "plot") from None
+    matplotlib.use("Agg")  # files only; never open a window
+    import matplotlib.pyplot as plt
 
     cols = min(3, len(replays))
     rows = math.ceil(len(replays) / cols)
