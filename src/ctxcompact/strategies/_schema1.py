@@ -11,15 +11,19 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, TypeVar
 
 from .._groups import tool_groups
-from .._messages import Message, Role, ToolCall
+from .._messages import Message, ToolCall
 from .._tokens import HeuristicTokenCounter, TokenCounter
 from ..exceptions import ConfigError
 from ._shared import (
     SCHEMA1_FIELDS,
     SCHEMA1_PLACEHOLDER,
+    SET_DICT,
+    SET_EXTRA,
+    SET_FIELDS_SET,
+    SET_PRIVATE,
     UNKNOWN_TOOL_NAME,
     batched_boundary,
     call_names,
@@ -35,6 +39,8 @@ if TYPE_CHECKING:
     from .._contract import CompactionContext
 
 __all__ = ["ChatMessage", "MaskPolicy", "Schema1Masking", "mask_old_tool_results"]
+
+_M = TypeVar("_M", Message, ToolCall)
 
 ChatMessage = dict[str, object]
 """One raw OpenAI chat message, as seed 001 types it."""
@@ -128,11 +134,30 @@ def _mask_plan(
     return plan
 
 
+def _bare(cls: type[_M], fields: dict[str, object]) -> _M:
+    """A model instance from ``fields`` with no validation (``model_construct``, faster)."""
+    new = object.__new__(cls)
+    SET_DICT(new, fields)
+    SET_EXTRA(new, None)
+    SET_FIELDS_SET(new, set(fields))
+    SET_PRIVATE(new, None)
+    return new
+
+
 def _skeleton(raw: object) -> Message:
     """The structure of one raw dict as a :class:`Message`, without validation (fast)."""
     if not isinstance(raw, Mapping):
         # Not a message at all: an opaque entry that ends any run of tool results.
-        return Message.model_construct(role="user")
+        return _bare(
+            Message,
+            {
+                "role": "user",
+                "content": None,
+                "tool_calls": None,
+                "tool_call_id": None,
+                "name": None,
+            },
+        )
     calls = raw.get("tool_calls")
     tool_calls: tuple[ToolCall, ...] | None = None
     if isinstance(calls, list):
@@ -142,19 +167,29 @@ def _skeleton(raw: object) -> Message:
                 fn = tc.get("function")
                 name = fn.get("name") if isinstance(fn, Mapping) else None
                 built.append(
-                    ToolCall.model_construct(
-                        id=tc["id"], name=name if isinstance(name, str) else "", arguments=""
+                    _bare(
+                        ToolCall,
+                        {
+                            "id": tc["id"],
+                            "name": name if isinstance(name, str) else "",
+                            "arguments": "",
+                            "type": "function",
+                        },
                     )
                 )
         tool_calls = tuple(built) or None
     content = raw.get("content")
     call_id = raw.get("tool_call_id")
-    return Message.model_construct(
-        role=cast("Role", raw.get("role")),
-        # List content is kept as an opaque, non-string value: Schema 1 never masks it.
-        content=content if isinstance(content, str) or content is None else (),
-        tool_calls=tool_calls,
-        tool_call_id=call_id if isinstance(call_id, str) else None,
+    return _bare(
+        Message,
+        {
+            "role": raw.get("role"),
+            # List content stays an opaque, non-string value: Schema 1 never masks it.
+            "content": content if isinstance(content, str) or content is None else (),
+            "tool_calls": tool_calls,
+            "tool_call_id": call_id if isinstance(call_id, str) else None,
+            "name": None,
+        },
     )
 
 

@@ -119,37 +119,63 @@ def rewrite_contents(history: Sequence[Message], plan: Iterable[tuple[int, str]]
 
 # Each pattern is anchored to a line start or to a marker tools really print, so prose that
 # merely mentions "error", "exception" or "timeout" does not count (seed 001 warns of this).
-# The keywords are plain substrings every match contains: ``in`` is a fast C search, so the
-# regex only runs on the few texts that have one (tool outputs run to megabytes per call).
-_ERROR_PATTERNS: tuple[tuple[str, tuple[str, ...], str], ...] = (
-    ("traceback", ("Traceback (most recent call last)",), r"^Traceback \(most recent call last\)"),
+# Speed matters (tool outputs run to megabytes per request): the keywords are substrings every
+# match contains, tested with a fast ``in`` first; line-start patterns are searched as
+# "newline + pattern" (a literal first character the regex engine skips ahead to) plus a
+# match at the very start, instead of trying ``^`` at every character.
+_ERROR_PATTERNS: tuple[tuple[str, tuple[str, ...], str | None, str | None], ...] = (
+    # name, keywords, line-start pattern, pattern anywhere
+    ("traceback", ("Traceback (most",), r"Traceback \(most recent call last\)", None),
     (
         "error_line",
         ("Error", "ERROR", "FATAL", "fatal"),
-        r"^[ \t]*(?:Error|ERROR|FATAL|fatal)\b[ \t]*:",
+        r"[ \t]*(?:Error|ERROR|FATAL|fatal)\b[ \t]*:",
+        None,
     ),
-    ("error_word", ("ERROR",), r"^ERROR\b"),
+    ("error_word", ("ERROR",), r"ERROR\b", None),
     (
         "exception_line",
         ("Exception:", "Error:"),
-        r"^[ \t]*(?:[A-Za-z_]\w*\.)*\w*(?:Exception|Error):",
+        r"[ \t]*(?:[A-Za-z_]\w*\.)*\w*(?:Exception|Error):",
+        None,
     ),
     (
         "connection_refused",
-        ("onnection refused", "ONNECTION REFUSED", "ECONNREFUSED", "connect_error"),
+        ("refused", "Refused", "REFUSED", "connect_error"),
+        None,
         r"(?i:connection refused)|ECONNREFUSED|\bconnect_error\b",
     ),
-    ("timeout", ("timed out", "TimeoutError"), r"\btimed out\b|\bTimeoutError\b"),
+    ("timeout", ("timed out", "TimeoutError"), None, r"\btimed out\b|\bTimeoutError\b"),
     (
         "exit_code",
         ("Exit code ", "<returncode>"),
-        r"^Exit code [1-9]\d*|<returncode>(?:-\d+|[1-9]\d*)</returncode>",
+        r"Exit code [1-9]",
+        r"<returncode>(?:-\d+|[1-9]\d*)</returncode>",
     ),
-    ("tool_use_error", ("<tool_use_error>",), r"<tool_use_error>"),
+    ("tool_use_error", ("<tool_use_error>",), None, r"<tool_use_error>"),
 )
+
+
+def _compile(line_start: str | None, anywhere: str | None) -> Callable[[str], object]:
+    at_start = re.compile(line_start).match if line_start else None
+    after_newline = re.compile("\n(?:" + line_start + ")").search if line_start else None
+    search = re.compile(anywhere).search if anywhere else None
+
+    def found(text: str) -> object:
+        if (
+            at_start is not None
+            and after_newline is not None
+            and (at_start(text) or after_newline(text))
+        ):
+            return True
+        return search is not None and search(text)
+
+    return found
+
+
 _ERROR_CHECKS = tuple(
-    (name, keywords, re.compile(pattern, re.MULTILINE))
-    for name, keywords, pattern in _ERROR_PATTERNS
+    (name, keywords, _compile(line_start, anywhere))
+    for name, keywords, line_start, anywhere in _ERROR_PATTERNS
 )
 _EMPTY: tuple[object, ...] = (None, False, "", 0, [], {})
 
@@ -185,8 +211,8 @@ def error_reason(text: str) -> str | None:
     """
     if _json_error(text):
         return "json_error"
-    for name, keywords, pattern in _ERROR_CHECKS:
-        if any(k in text for k in keywords) and pattern.search(text):
+    for name, keywords, found in _ERROR_CHECKS:
+        if any(k in text for k in keywords) and found(text):
             return name
     return None
 
