@@ -65,15 +65,15 @@ def test_replay_with_no_file_replays_the_demo_through_the_console_script() -> No
 def test_replay_json_schema_and_totals(tmp_path: Path) -> None:
     plot = tmp_path / "context.png"
     result = run(
-        "replay", SMALL, MSA, "--strategy", "schema1-masking", "--param", "window_turns=5",
-        "--json", "--plot", plot, "--no-progress",
+        "replay", SMALL, MSA, "--strategy", "schema1-masking", "--strategy", "tool-result-hiding",
+        "--param", "batch_turns=2", "--json", "--plot", plot, "--no-progress",
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     doc = json.loads(result.stdout)
     assert set(doc) == {"schema", "settings", "files", "total"}
     assert doc["schema"] == "ctxcompact.replay/1"
     assert doc["settings"] == {
-        "strategy": "schema1-masking",
+        "strategies": ["schema1-masking", "tool-result-hiding"],
         "max_context_size": 16000,
         "reserved_context_size": 4000,
         "cached_price": 0.1,
@@ -81,29 +81,34 @@ def test_replay_json_schema_and_totals(tmp_path: Path) -> None:
     }
     assert [f["file"] for f in doc["files"]] == [str(SMALL), str(MSA)]
     for entry in doc["files"]:
-        assert set(entry) == {"file", "messages", "baseline", "compacted", "ratios"}
-        for side in ("baseline", "compacted"):
-            stats = entry[side]
+        assert set(entry) == {"file", "messages", "baseline", "runs"}
+        base = entry["baseline"]
+        assert (base["compactions"], base["cache_breaks"]) == (0, 0)  # nothing ever changes
+        assert [run["strategy"] for run in entry["runs"]] == doc["settings"]["strategies"]
+        for stats in [base] + [run["compacted"] for run in entry["runs"]]:
             assert_shape(stats, {**STATS, "context_tokens": list})
-            assert len(stats["context_tokens"]) == stats["calls"]
+            assert len(stats["context_tokens"]) == stats["calls"] == base["calls"]
             assert sum(stats["context_tokens"]) == stats["input_tokens"]
             assert max(stats["context_tokens"]) == stats["peak_context_tokens"]
-        assert set(entry["ratios"]) == RATIOS
-        base, comp = entry["baseline"], entry["compacted"]
-        assert entry["ratios"]["input_tokens"] == round(
-            comp["input_tokens"] / base["input_tokens"], 4
-        )
-        assert base["compactions"] == base["cache_breaks"] == 0  # no compaction never breaks
+        for run_ in entry["runs"]:
+            assert set(run_) == {"strategy", "compacted", "ratios"}
+            assert set(run_["ratios"]) == RATIOS
+            assert run_["ratios"]["input_tokens"] == round(
+                run_["compacted"]["input_tokens"] / base["input_tokens"], 4
+            )
     msa = doc["files"][1]
-    assert msa["compacted"]["compactions"] >= 1
-    assert msa["compacted"]["input_tokens"] < msa["baseline"]["input_tokens"]
+    for run_ in msa["runs"]:
+        assert run_["compacted"]["compactions"] >= 1
+        assert run_["compacted"]["input_tokens"] < msa["baseline"]["input_tokens"]
     total = doc["total"]
-    assert set(total) == {"files", "messages", "baseline", "compacted", "ratios"}
-    assert_shape(total["compacted"], STATS)
+    assert set(total) == {"files", "messages", "baseline", "runs"}
     assert total["files"] == 2
     assert total["messages"] == sum(f["messages"] for f in doc["files"])
-    for key in ("calls", "input_tokens", "compactions", "cache_breaks"):
-        assert total["compacted"][key] == sum(f["compacted"][key] for f in doc["files"])
+    for n, run_ in enumerate(total["runs"]):
+        assert_shape(run_["compacted"], STATS)
+        for key in ("calls", "input_tokens", "compactions", "cache_breaks"):
+            expected = sum(f["runs"][n]["compacted"][key] for f in doc["files"])
+            assert run_["compacted"][key] == expected
 
     data = plot.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n"

@@ -31,11 +31,13 @@ def _add_input(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _add_strategy(parser: argparse.ArgumentParser, *, default_note: str) -> None:
+def _add_strategy(parser: argparse.ArgumentParser, *, default_note: str, many: bool) -> None:
     parser.add_argument(
         "--strategy",
         metavar="SPEC",
-        help=f"entry-point name or module:Class ({default_note})",
+        action="append" if many else "store",
+        help=f"entry-point name or module:Class ({default_note})"
+        + ("; repeat it to compare strategies (--param applies to each)" if many else ""),
     )
     parser.add_argument(
         "--config",
@@ -96,7 +98,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     apply.add_argument("file", metavar="FILE")
     _add_input(apply)
-    _add_strategy(apply, default_note="required unless --config names one")
+    _add_strategy(apply, default_note="required unless --config names one", many=False)
     apply.add_argument(
         "-o", "--output", metavar="OUT", help="write the compacted conversation ('-': stdout)"
     )
@@ -112,7 +114,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     replay.add_argument("files", nargs="*", metavar="FILE")
     _add_input(replay)
-    _add_strategy(replay, default_note=f"default: {DEFAULT_STRATEGY}")
+    _add_strategy(replay, default_note=f"default: {DEFAULT_STRATEGY}", many=True)
     replay.add_argument(
         "--cached-price",
         type=float,

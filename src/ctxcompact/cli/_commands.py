@@ -12,7 +12,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from ._io import CliError, Conversation, load_demo, read_conversation
-from ._replay import FileReplay, replay_file
+from ._replay import FileReplay, ReplayStats, replay
 from ._report import (
     ReplaySettings,
     dumps,
@@ -25,7 +25,7 @@ from ._setup import DEFAULT_STRATEGY, Setup, build_setup
 
 if TYPE_CHECKING:
     import argparse
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
 
     from .._controller import CompactionEvent
     from .._messages import Message
@@ -61,7 +61,7 @@ def _raise_if_llm_missing(event: CompactionEvent | None) -> None:
 
 def run_apply(args: argparse.Namespace) -> int:
     conversation = read_conversation(args.file, fmt=args.format)
-    setup = build_setup(args, default_strategy=None)
+    setup = build_setup(args, spec=args.strategy, default_strategy=None)
     return asyncio.run(_apply(args, conversation, setup))
 
 
@@ -162,15 +162,19 @@ def run_replay(args: argparse.Namespace) -> int:
         raise CliError(f"--cached-price must be between 0 and 1, got {args.cached_price}")
     if args.plot:
         require_matplotlib()
+    setups = [
+        build_setup(args, spec=spec, default_strategy=DEFAULT_STRATEGY)
+        for spec in (args.strategy or [None])
+    ]
     conversations = _read_all(args.files, args.format) if args.files else [load_demo()]
-    setup = build_setup(args, default_strategy=DEFAULT_STRATEGY)
-    replays = asyncio.run(_replay_all(args, conversations, setup))
+    replays = asyncio.run(_replay_all(args, conversations, setups))
+    first = setups[0]
     settings = ReplaySettings(
-        strategy=setup.label,
-        max_context_size=setup.max_context_size,
-        reserved_context_size=setup.reserved_context_size,
+        strategies=tuple(setup.label for setup in setups),
+        max_context_size=first.max_context_size,
+        reserved_context_size=first.reserved_context_size,
         cached_price=args.cached_price,
-        token_counter=setup.counter_name,
+        token_counter=first.counter_name,
     )
     if args.plot:
         plot_replays(settings, replays, args.plot)
@@ -180,7 +184,7 @@ def run_replay(args: argparse.Namespace) -> int:
         _out(replay_text(settings, replays))
         if args.plot:
             _out(f"\nplot written to {args.plot}")
-    failed = sum(item.compacted.failed_compactions for item in replays)
+    failed = sum(stats.failed_compactions for item in replays for stats in item.compacted)
     if failed:
         # The figures stand (a failed compaction keeps the history), but they do not show
         # what the strategy would do when it works: say so in the exit code.
@@ -190,7 +194,7 @@ def run_replay(args: argparse.Namespace) -> int:
 
 
 async def _replay_all(
-    args: argparse.Namespace, conversations: Sequence[Conversation], setup: Setup
+    args: argparse.Namespace, conversations: Sequence[Conversation], setups: Sequence[Setup]
 ) -> list[FileReplay]:
     from tqdm import tqdm
 
@@ -204,31 +208,52 @@ async def _replay_all(
         leave=False,
     )
     for conversation in bar:
-        warned: list[str] = []
-
-        def on_failure(error: str, name: str = conversation.name, seen: list[str] = warned) -> None:
-            if "LLMRequiredError" in error:
-                raise CliError(
-                    f"{name}: strategy {setup.label} needs an LLM and none is configured: add "
-                    f"a [compaction.llm] table to a config file and pass --config FILE ({error})"
+        counter = setups[0].counter
+        baseline = await replay(
+            conversation.messages, None, counter=counter, cached_price=args.cached_price
+        )
+        counter.clear()
+        runs: list[ReplayStats] = []
+        for setup in setups:
+            report = _FailureReport(conversation.name, setup.label, bar.write)
+            try:
+                runs.append(
+                    await replay(
+                        conversation.messages,
+                        setup.make_controller(),
+                        counter=setup.counter,
+                        cached_price=args.cached_price,
+                        llm=setup.llm,
+                        on_failure=report,
+                    )
                 )
-            if error not in seen:  # one line per distinct error, not one per call
-                seen.append(error)
-                bar.write(f"{name}: compaction failed: {error}", file=sys.stderr)
-
+            finally:
+                setup.counter.clear()
         replays.append(
-            await replay_file(
-                conversation.name,
-                conversation.messages,
-                setup.make_controller,
-                counter=setup.counter,
-                cached_price=args.cached_price,
-                llm=setup.llm,
-                on_failure=on_failure,
-            )
+            FileReplay(conversation.name, len(conversation.messages), baseline, tuple(runs))
         )
     bar.close()
     return replays
+
+
+class _FailureReport:
+    """Prints each distinct compaction error once; a missing LLM stops the replay."""
+
+    def __init__(self, name: str, label: str, write: Callable[..., None]) -> None:
+        self.name = name
+        self.label = label
+        self.write = write
+        self.seen: set[str] = set()
+
+    def __call__(self, error: str) -> None:
+        if "LLMRequiredError" in error:
+            raise CliError(
+                f"{self.name}: strategy {self.label} needs an LLM and none is configured: add a "
+                f"[compaction.llm] table to a config file and pass --config FILE ({error})"
+            )
+        if error not in self.seen:
+            self.seen.add(error)
+            self.write(f"{self.name}: {self.label}: compaction failed: {error}", file=sys.stderr)
 
 
 # -- validate ------------------------------------------------------------------------------

@@ -24,7 +24,6 @@ __all__ = [
     "MeteredLLM",
     "ReplayStats",
     "replay",
-    "replay_file",
 ]
 
 if TYPE_CHECKING:
@@ -278,42 +277,16 @@ async def replay(
 
 @dataclass(frozen=True, slots=True)
 class FileReplay:
-    """One conversation replayed with compaction and without.
+    """One conversation replayed with no compaction and through each strategy.
 
     Attributes:
-        name: The file (or ``demo``) the conversation came from.
+        name: The file (or the demo) the conversation came from.
         messages: Messages in the recording.
-        compacted: The replay through the controller.
         baseline: The replay with no compaction at all.
+        compacted: One replay per strategy, in the order they were given.
     """
 
     name: str
     messages: int
-    compacted: ReplayStats
     baseline: ReplayStats
-
-
-async def replay_file(
-    name: str,
-    conversation: Sequence[Message],
-    make_controller: Callable[[], CompactionController],
-    *,
-    counter: MemoCounter,
-    cached_price: float = 0.1,
-    llm: MeteredLLM | None = None,
-    on_failure: Callable[[str], None] | None = None,
-) -> FileReplay:
-    """Replay one conversation with a fresh controller and with no compaction."""
-    try:
-        baseline = await replay(conversation, None, counter=counter, cached_price=cached_price)
-        compacted = await replay(
-            conversation,
-            make_controller(),
-            counter=counter,
-            cached_price=cached_price,
-            llm=llm,
-            on_failure=on_failure,
-        )
-    finally:
-        counter.clear()
-    return FileReplay(name, len(conversation), compacted, baseline)
+    compacted: tuple[ReplayStats, ...]

@@ -93,11 +93,13 @@ class Setup:
     make_controller: Callable[[], CompactionController]
 
 
-def build_setup(args: argparse.Namespace, *, default_strategy: str | None) -> Setup:
-    """Read ``--config``, ``--strategy``, ``--param``, the limits and the token counter.
+def build_setup(
+    args: argparse.Namespace, *, spec: str | None, default_strategy: str | None
+) -> Setup:
+    """Read ``--config``, ``--param``, the limits and the token counter for strategy ``spec``.
 
-    ``--strategy`` overrides the config's strategy; ``--param`` values override its params;
-    ``--max-context-size`` and ``--reserved`` override its limits.
+    ``spec`` (one ``--strategy``) overrides the config's strategy; ``--param`` values override
+    its params; ``--max-context-size`` and ``--reserved`` override its limits.
     """
     from .._config import load_config
     from .._controller import CompactionController
@@ -111,7 +113,6 @@ def build_setup(args: argparse.Namespace, *, default_strategy: str | None) -> Se
     llm = _metered_llm(config, counter)
 
     max_size, reserved = _limits(args, config)
-    spec: str | None = args.strategy
     params: Mapping[str, Any] = cli_params
     if spec is None and config is not None:
         spec = config.compaction.strategy
