@@ -7,8 +7,11 @@ writes a PNG matplotlib can read back.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -295,3 +298,84 @@ def test_plot_without_matplotlib_says_which_extra_to_install(tmp_path: Path) -> 
     assert "pip install 'ctxcompact[plot]'" in result.stderr
     assert result.stdout == ""  # failed before replaying anything
     assert not (tmp_path / "x.png").exists()
+
+
+class _ChatServer(ThreadingHTTPServer):
+    """A local OpenAI-compatible endpoint that answers every chat completion the same way."""
+
+    requests: list[dict[str, Any]]
+
+
+class _ChatHandler(BaseHTTPRequestHandler):
+    server: _ChatServer
+
+    def do_POST(self) -> None:
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        self.server.requests.append(body)
+        payload = {
+            "id": "chatcmpl-1",
+            "object": "chat.completion",
+            "created": 0,
+            "model": body["model"],
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": "Summary: totals round half-up."},
+                    "finish_reason": "stop",
+                }
+            ],
+            "usage": {"prompt_tokens": 1000, "completion_tokens": 20, "total_tokens": 1020},
+        }
+        data = json.dumps(payload).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+def test_replay_uses_the_configured_llm_and_meters_the_summarizer(tmp_path: Path) -> None:
+    server = _ChatServer(("127.0.0.1", 0), _ChatHandler)
+    server.requests = []
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        config = tmp_path / "ctxcompact.toml"
+        config.write_text(
+            "[compaction]\n"
+            'strategy = "llm-summary"\n'
+            "max_context_size = 16000\n"
+            "reserved_context_size = 4000\n"
+            "[compaction.llm]\n"
+            'provider = "openai"\n'
+            'model = "local-model"\n'
+            f'base_url = "http://127.0.0.1:{server.server_address[1]}/v1"\n'
+            'api_key_env = "CTXCOMPACT_TEST_KEY"\n'
+            "max_retries = 0\n",
+            encoding="utf-8",
+        )
+        env = {**os.environ, "CTXCOMPACT_TEST_KEY": "sk-test"}
+        result = subprocess.run(
+            [sys.executable, "-m", "ctxcompact", "replay", "--config", str(config), "--json"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+            env=env,
+        )
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert result.returncode == 0, result.stderr
+    run_ = json.loads(result.stdout)["total"]["runs"][0]
+    assert run_["strategy"] == "llm-summary"
+    calls = len(server.requests)
+    assert calls >= 1
+    assert run_["compacted"]["summarizer_calls"] == calls
+    assert run_["compacted"]["summarizer_tokens"] == 1020 * calls  # the server's usage
+    assert run_["compacted"]["compactions"] >= 1
+    assert run_["ratios"]["input_tokens"] < 1
+    assert all(r["model"] == "local-model" for r in server.requests)
