@@ -102,3 +102,16 @@ def test_bad_steps_raise_config_error(steps: object, key: str) -> None:
 def test_unknown_step_strategy_names_the_spec() -> None:
     with pytest.raises(StrategyLoadError, match="no-such-strategy"):
         Pipeline(steps=["no-such-strategy"])
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["ToolResultHiding", "Schema1Masking", "ToolResultTruncation", "ContextGuard", "Pipeline"],
+)
+def test_every_strategy_builds_with_no_arguments(name: str) -> None:
+    import ctxcompact.strategies as strategies
+    from ctxcompact import CompactionStrategy
+
+    strategy = getattr(strategies, name)()
+    assert isinstance(strategy, CompactionStrategy)
+    assert name in repr(strategy)
