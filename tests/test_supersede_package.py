@@ -17,8 +17,17 @@ from pathlib import Path
 
 import ctxcompact_supersede  # installed by .ci/run: pip install -e strategies/supersede
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from ctxcompact import CompactionContext, HeuristicTokenCounter, check_history, from_openai
+from ctxcompact import (
+    CompactionContext,
+    HeuristicTokenCounter,
+    Message,
+    check_history,
+    from_openai,
+)
+from tests.gen import assistant, call, tool, user, valid_histories
 from tests.traces import TRACES_DIR, load_trace, trace_names
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -60,6 +69,73 @@ async def test_claude_code_traces_that_reread_whole_files_are_shrunk() -> None:
             saved[name] = counter.count(history) - counter.count(out)
     assert set(saved) == {"claudecode__258c7280__precompact", "claudecode__4d5611e5__precompact"}
     assert all(v > 0 for v in saved.values())
+
+
+@st.composite
+def reading_histories(draw: st.DrawFn) -> list[Message]:
+    """Valid histories full of re-reads: few paths, partial reads, parallel calls, errors,
+    list content, other tools, and maybe a pending final call."""
+    history: list[Message] = [user("go")]
+    for turn in range(draw(st.integers(1, 10))):
+        calls = []
+        for k in range(draw(st.integers(1, 3))):
+            name = draw(st.sampled_from(["read_file", "read_file", "Read", "bash"]))
+            args: dict[str, object] = {"path" if name != "Read" else "file_path": draw(PATHS)}
+            if draw(st.integers(0, 3)) == 0:
+                args["offset"] = draw(st.sampled_from([0, 10]))
+            calls.append(call(f"c{turn}_{k}", name, json.dumps(args)))
+        history.append(assistant(None, *calls))
+        if turn > 0 and draw(st.integers(0, 9)) == 0:
+            break  # a pending final call: no results
+        for c in draw(st.permutations(calls)):
+            kind = draw(st.sampled_from(["text", "text", "parts", "error", "flagged"]))
+            if kind == "text":
+                history.append(tool(c.id, draw(st.sampled_from(["x" * 300, "y" * 50, "z"]))))
+            elif kind == "parts":
+                history.append(tool(c.id, [{"type": "text", "text": "p" * 200}]))
+            elif kind == "error":
+                history.append(tool(c.id, "Error: no such file"))
+            else:
+                history.append(tool(c.id, "w" * 300, is_error=True))
+    return history
+
+
+PATHS = st.sampled_from(["a.py", "b.py"])
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.one_of(valid_histories(max_turns=3, max_steps=4, max_calls=3), reading_histories()),
+    st.sampled_from([0, 2]),
+    st.sampled_from([0, 150]),
+)
+async def test_invariants_on_generated_histories(
+    history: list[Message], batch_turns: int, clear_at_least: int
+) -> None:
+    """Any valid history: valid output, only tool contents change, errors kept, idempotent."""
+    counter = HeuristicTokenCounter()
+    strategy = ctxcompact_supersede.SupersededReadMasking(
+        counter, batch_turns=batch_turns, clear_at_least=clear_at_least, placeholder="[old]"
+    )
+    assert check_history(history) == []
+    before = [m.model_dump() for m in history]
+    out = await strategy.compact(CompactionContext(history, 0, 100_000, 10_000))
+    assert [m.model_dump() for m in history] == before
+    if out is None:
+        return
+    out = list(out)
+    assert check_history(out) == []
+    assert len(out) == len(history)
+    changed = [i for i, (a, b) in enumerate(zip(history, out, strict=True)) if a is not b]
+    assert changed
+    for i in changed:
+        assert history[i].role == "tool"
+        assert not history[i].is_error
+        assert not history[i].text.startswith("Error")
+        assert out[i].text == "[old]"
+        assert out[i].tool_call_id == history[i].tool_call_id
+        assert counter.count_message(out[i]) < counter.count_message(history[i])
+    assert await strategy.compact(CompactionContext(out, 0, 100_000, 10_000)) is None
 
 
 _SCRIPT = textwrap.dedent(
