@@ -127,7 +127,7 @@ def test_the_demo_is_a_valid_coding_session_with_errors_and_parallel_calls() -> 
 
 def test_params_are_toml_or_json_literals_else_strings() -> None:
     params = parse_params(
-        ["n=3", "ratio=0.5", "on=true", "names=['a', 'b']", "obj={\"k\": 1}", "text=hello world"]
+        ["n=3", "ratio=0.5", "on=true", "names=['a', 'b']", 'obj={"k": 1}', "text=hello world"]
     )
     assert params == {
         "n": 3,

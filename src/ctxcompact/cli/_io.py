@@ -58,6 +58,10 @@ class Conversation:
         messages: The provider-neutral history.
         envelope: The request body around the messages (model, tools...), when the file was
             a body rather than a bare list; written back with the new messages.
+
+    Example:
+        >>> parse_conversation("x.json", '[{"role": "user", "content": "hi"}]').format
+        'openai'
     """
 
     name: str

@@ -52,6 +52,10 @@ class ReplaySettings:
         reserved_context_size: Tokens kept free.
         cached_price: Price of a cached token relative to an uncached one.
         token_counter: ``heuristic`` or ``tiktoken``.
+
+    Example:
+        >>> ReplaySettings(("tool-result-hiding",), 16000, 4000, 0.1, "heuristic").strategies
+        ('tool-result-hiding',)
     """
 
     strategies: tuple[str, ...]
