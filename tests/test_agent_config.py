@@ -203,3 +203,41 @@ def test_config_errors_surface_with_their_file_and_key(tmp_path: Path) -> None:
     missing = write(tmp_path, '[compaction]\nstrategy = "tool-result-hiding"\n')
     with pytest.raises(ConfigError, match="max_context_size"):
         Agent.from_config(missing, llm=ScriptedLLM())
+
+
+async def test_aclose_closes_the_models_built_from_the_file_but_not_one_passed_in(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from ctxcompact.llm.anthropic import AnthropicLLM
+    from ctxcompact.llm.openai import OpenAIChatLLM
+
+    monkeypatch.setenv("CTXCOMPACT_TEST_KEY", "sk-test")
+    tables = """
+[compaction.llm]
+provider = "anthropic"
+model = "claude-haiku-4-5"
+base_url = "http://127.0.0.1:9"
+api_key_env = "CTXCOMPACT_TEST_KEY"
+
+[agent.llm]
+provider = "openai"
+model = "gpt-4o-mini"
+base_url = "http://127.0.0.1:9/v1"
+api_key_env = "CTXCOMPACT_TEST_KEY"
+"""
+    path = write(tmp_path, "[compaction]\nmax_context_size = 100000\n" + tables)
+    async with Agent.from_config(path) as agent:
+        assert isinstance(agent.llm, OpenAIChatLLM)
+        summary = agent.controller.llm
+        assert isinstance(summary, AnthropicLLM)
+        assert not agent.llm.client.is_closed()
+    assert agent.llm.client.is_closed()
+    assert summary.client.is_closed()
+
+    mine = OpenAIChatLLM("m", base_url="http://127.0.0.1:9/v1", api_key="k")
+    async with Agent.from_config(path, llm=mine) as agent:
+        summary = agent.controller.llm
+    assert not mine.client.is_closed()  # the caller's model stays the caller's to close
+    assert isinstance(summary, AnthropicLLM)
+    assert summary.client.is_closed()
+    await mine.aclose()

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Literal
 
 from ._messages import Message, ToolCall
 from ._tools import ERROR_PREFIX, Tool, ToolLike, ToolResult, as_tool
-from .exceptions import ConfigError, ContextTooLongError, MaxStepsExceeded, UserError
+from .exceptions import ContextTooLongError, MaxStepsExceeded, UserError
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Sequence
@@ -131,6 +131,7 @@ class Agent:
         self.on_event = on_event
         self._pending: list[CompactionEvent] = []
         self._running = False
+        self._owned: list[LLM] = []  # models built by from_config, closed by aclose()
         if controller is not None:
             given = {
                 "compaction": compaction,
@@ -199,65 +200,18 @@ class Agent:
 
         The model is ``llm`` when given, else built from ``[agent.llm]`` or, failing that,
         ``[compaction.llm]``. The strategy named by ``[compaction] strategy`` is loaded with
-        the agent's LLM (``[compaction.llm]`` when set), token counter and config injected by
-        annotation, and ``[compaction.params]`` as keyword arguments.
+        ``[compaction.params]`` as keyword arguments and, injected by annotation, the
+        summarizing LLM, the token counter (``[token_counting]``) and the config. The
+        summarizing LLM is ``[compaction.llm]`` when ``[agent.llm]`` is set too, else the
+        agent's own model. Models built here are closed by :meth:`aclose`.
 
         Raises:
             ConfigError: The file is invalid, or no LLM is given or configured.
             StrategyLoadError: The strategy cannot be loaded.
         """
-        from ._config import Config, load_config
-        from ._contract import LLM as LLMProtocol
-        from ._controller import CompactionController
-        from ._tokens import TokenCounter as TokenCounterProtocol
-        from ._tokens import counter_from_config
-        from .strategies._truncation import ToolResultTruncation
+        from ._agent_config import agent_from_config
 
-        config = load_config(path)
-        if llm is None:
-            llm_config = config.agent.llm or config.compaction.llm
-            if llm_config is None:
-                raise ConfigError(
-                    "no model to talk to: add an [agent.llm] table (provider, model) or pass "
-                    "llm= to Agent.from_config",
-                    path=str(config.path or path),
-                    key="agent.llm",
-                )
-            from .llm import build_llm
-
-            llm = build_llm(llm_config)
-        # [compaction.llm] is a separate summarizer only when the agent has its own model
-        # from [agent.llm]; otherwise the agent's model (maybe the one passed in) summarizes.
-        summary_llm = llm
-        if config.compaction.llm is not None and config.agent.llm is not None:
-            from .llm import build_llm
-
-            summary_llm = build_llm(config.compaction.llm)
-        counter = counter_from_config(config.token_counting)
-        controller = CompactionController.from_config(
-            config,
-            llm=summary_llm,
-            token_counter=counter,
-            dependencies={LLMProtocol: summary_llm, TokenCounterProtocol: counter, Config: config},
-        )
-        truncation = config.tool_result_truncation
-        return cls(
-            llm,
-            tools=tools,
-            system_prompt=config.agent.system_prompt,
-            max_steps=config.agent.max_steps,
-            tool_result_truncation=(
-                ToolResultTruncation(
-                    max_chars=truncation.max_chars,
-                    head_chars=truncation.head_chars,
-                    tail_chars=truncation.tail_chars,
-                )
-                if truncation.enabled
-                else None
-            ),
-            on_event=on_event,
-            controller=controller,
-        )
+        return agent_from_config(cls, path, llm=llm, tools=tools, on_event=on_event)
 
     # -- events -------------------------------------------------------------------------------
 
@@ -283,6 +237,20 @@ class Agent:
             keep = compacted and event.status == "compacted"
             self.transcript.append(CompactionRecord(event, tuple(self.history) if keep else None))
         self._pending.clear()
+
+    async def aclose(self) -> None:
+        """Close the models this agent built from a config file (not the ones passed in)."""
+        owned, self._owned = self._owned, []
+        for llm in owned:
+            close = getattr(llm, "aclose", None)
+            if close is not None:
+                await close()
+
+    async def __aenter__(self) -> Agent:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
 
     # -- the loop -----------------------------------------------------------------------------
 
