@@ -139,3 +139,21 @@ def test_params_are_toml_or_json_literals_else_strings() -> None:
     }
     with pytest.raises(CliError, match="key=value"):
         parse_params(["novalue"])
+
+
+def test_a_bare_anthropic_list_gains_a_body_only_when_there_is_a_system_prompt(
+    tmp_path: Path,
+) -> None:
+    from ctxcompact import Message
+
+    conversation = parse_conversation(
+        "l.json", json.dumps([{"role": "user", "content": "hi"}]), fmt="anthropic"
+    )
+    out = tmp_path / "out.json"
+    write_conversation(conversation, conversation.messages, str(out))
+    assert json.loads(out.read_text("utf-8")) == [{"role": "user", "content": "hi"}]
+    write_conversation(conversation, [Message.system("rules"), *conversation.messages], str(out))
+    assert json.loads(out.read_text("utf-8")) == {
+        "system": "rules",
+        "messages": [{"role": "user", "content": "hi"}],
+    }

@@ -142,7 +142,8 @@ def write_conversation(conversation: Conversation, history: list[Message], out: 
         if system is not None:
             body["system"] = system
         body["messages"] = messages
-        payload = body if conversation.envelope is not None else messages
+        # A bare list has no place for a system prompt: write a body when there is one.
+        payload = body if conversation.envelope is not None or system is not None else messages
     else:
         messages_out = to_openai(history)
         if conversation.envelope is not None:
