@@ -332,3 +332,15 @@ def test_bad_parameters_raise_config_error_naming_the_key(params: dict[str, Any]
     with pytest.raises(ConfigError) as info:
         Schema1Masking(**params)
     assert info.value.key == key
+
+
+def test_template_without_fixed_text_is_rejected() -> None:
+    with pytest.raises(ConfigError, match="fixed text"):
+        Schema1Masking(placeholder_template="{tool_name}")
+
+
+def test_function_validates_the_policy_template() -> None:
+    raw = to_openai(turns(3))
+    with pytest.raises(ConfigError) as info:
+        mask_old_tool_results(raw, MaskPolicy(enabled=True, placeholder_template="x {oops}"))
+    assert info.value.key == "placeholder_template"

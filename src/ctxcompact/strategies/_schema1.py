@@ -212,6 +212,7 @@ def mask_old_tool_results(messages: list[ChatMessage], policy: MaskPolicy) -> li
     """
     if not policy.enabled or policy.window_turns <= 0:
         return messages
+    validate_template(policy.placeholder_template, SCHEMA1_FIELDS, key="placeholder_template")
     skeleton = [_skeleton(m) for m in messages]
     counter = HeuristicTokenCounter()
 

@@ -249,6 +249,12 @@ def validate_template(template: str, allowed: Collection[str], *, key: str) -> N
         fields = {f for _, f, _, _ in string.Formatter().parse(template) if f is not None}
     except ValueError as exc:
         raise ConfigError(f"invalid placeholder template {template!r}: {exc}", key=key) from None
+    if not any(literal for literal, _, _, _ in string.Formatter().parse(template)):
+        raise ConfigError(
+            f"placeholder template {template!r} needs some fixed text, or a masked result "
+            "could not be told from a real one",
+            key=key,
+        )
     unknown = sorted(f for f in fields if f not in allowed)
     if unknown:
         raise ConfigError(
