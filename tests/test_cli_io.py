@@ -157,3 +157,39 @@ def test_a_bare_anthropic_list_gains_a_body_only_when_there_is_a_system_prompt(
         "system": "rules",
         "messages": [{"role": "user", "content": "hi"}],
     }
+
+
+def test_masked_tool_results_counts_rewritten_results_not_dropped_ones() -> None:
+    from ctxcompact import Message, ToolCall
+    from ctxcompact.cli._commands import masked_tool_results
+
+    def turn(i: int) -> list[Message]:
+        # tau-bench style: every turn re-uses the id "c".
+        call = ToolCall(id="c", name="ls", arguments="{}")
+        return [Message.assistant(None, tool_calls=[call]), Message.tool("c", f"result {i}")]
+
+    before = [Message.user("go"), *turn(0), *turn(1), *turn(2)]
+    masked_last = before[6].replace(content="[masked]")
+    # Turn 0 dropped, turn 1 kept as is, turn 2 masked: one masked result.
+    after = [before[0], *before[3:5], before[5], masked_last]
+    assert masked_tool_results(before, after) == 1
+    assert masked_tool_results(before, before) == 0
+    rewritten = [m.replace(content="x") if m.role == "tool" else m for m in before]
+    assert masked_tool_results(before, rewritten) == 3
+
+
+def test_config_mistakes_exit_2_naming_the_file_and_key(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from ctxcompact.cli import main
+
+    config = tmp_path / "bad.toml"
+    config.write_text("[compaction]\nmax_context_sise = 1000\n", encoding="utf-8")
+    assert main(["replay", "--config", str(config)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("ctxcompact: error: ")
+    assert str(config) in err
+    assert "max_context_sise" in err
+    config.write_text("[compaction]\nmax_context_size = 1000\nreserved_context_size = 10\n")
+    assert main(["replay", "--config", str(config), "--reserved", "5000"]) == 2
+    assert "--reserved (5,000) must be below --max-context-size (1,000)" in capsys.readouterr().err

@@ -74,7 +74,6 @@ async def _apply(args: argparse.Namespace, conversation: Conversation, setup: Se
     event = controller.last_event
     _raise_if_llm_missing(event)
     result = await controller.prepare_request(compacted)
-    failed = event is not None and event.status in _FAILED
     report = _apply_report(conversation, setup, history, result, event)
     if args.output:
         write_conversation(conversation, result, args.output)
@@ -84,8 +83,8 @@ async def _apply(args: argparse.Namespace, conversation: Conversation, setup: Se
         emit(dumps(report))
     else:
         emit(_apply_text(report))
-    if failed:
-        _err(f"ctxcompact: compaction {event.status}: {event.error}")  # type: ignore[union-attr]
+    if event is not None and event.status in _FAILED:
+        _err(f"ctxcompact: compaction {event.status}: {event.error}")
         return 1
     return 0
 
@@ -118,12 +117,18 @@ def _apply_report(
 def masked_tool_results(before: Sequence[Message], after: Sequence[Message]) -> int:
     """Tool messages of ``after`` whose content differs from the same message in ``before``.
 
-    Messages are matched in order (strategies never reorder) by role and ``tool_call_id``, so
-    dropped messages are skipped rather than miscounted.
+    Strategies reuse the messages they keep and never reorder, so a kept message is found by
+    identity; a rewritten one is the next tool message of ``before`` with its
+    ``tool_call_id`` after the last match. Dropped messages are skipped, not counted.
     """
+    position = {id(m): i for i, m in enumerate(before)}
     masked = 0
     j = 0
     for message in after:
+        kept = position.get(id(message))
+        if kept is not None:
+            j = kept + 1
+            continue
         if message.role != "tool":
             continue
         while j < len(before) and not (
