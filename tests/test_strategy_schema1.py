@@ -344,3 +344,18 @@ def test_function_validates_the_policy_template() -> None:
     with pytest.raises(ConfigError) as info:
         mask_old_tool_results(raw, MaskPolicy(enabled=True, placeholder_template="x {oops}"))
     assert info.value.key == "placeholder_template"
+
+
+def test_template_with_format_specs_is_recognised_on_a_second_run() -> None:
+    template = "[masked {tool_name} #{tool_call_id!r}: {original_chars:,} chars]"
+    h = turns(4)
+    h[2] = tool("c0_0", "x" * 5_000)
+    strategy = Schema1Masking(window_turns=1, placeholder_template=template)
+    out = run(strategy, h)
+    assert out[2].content == "[masked ls #'c0_0': 5,000 chars]"
+    assert run(strategy, out) is None
+
+
+def test_template_that_cannot_be_formatted_is_rejected() -> None:
+    with pytest.raises(ConfigError, match="cannot be formatted"):
+        Schema1Masking(placeholder_template="[{original_chars:{tool_name}}]")

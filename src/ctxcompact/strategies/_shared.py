@@ -262,6 +262,13 @@ def validate_template(template: str, allowed: Collection[str], *, key: str) -> N
             f"allowed: {sorted(allowed)} (write {{{{ and }}}} for literal braces)",
             key=key,
         )
+    try:
+        sample = {"tool_call_id": "call_1", "tool_name": "ls", "original_chars": 1234}
+        template.format(**{name: sample.get(name, "x") for name in allowed})
+    except (ValueError, KeyError, IndexError, AttributeError) as exc:
+        raise ConfigError(
+            f"placeholder template {template!r} cannot be formatted: {exc}", key=key
+        ) from None
 
 
 def render_placeholder(template: str, *, tool_call_id: str, tool_name: str, chars: int) -> str:
@@ -278,7 +285,8 @@ def placeholder_pattern(template: str) -> re.Pattern[str]:
     for literal, field, _, _ in string.Formatter().parse(template):
         out.append(re.escape(literal))
         if field is not None:
-            out.append(r"\d+" if field == "original_chars" else r"[^\n]*?")
+            # Any rendering: format specs (``{original_chars:,}``) change how a value looks.
+            out.append(r"[^\n]*?")
     return re.compile("".join(out), re.DOTALL)
 
 
