@@ -209,7 +209,8 @@ async def _replay_all(
         desc="replaying",
         unit="file",
         file=sys.stderr,
-        disable=len(conversations) < 2 or args.no_progress,
+        # None: tqdm shows the bar only on a terminal, never in logs or pipes.
+        disable=True if len(conversations) < 2 or args.no_progress else None,
         leave=False,
     )
     for conversation in bar:
