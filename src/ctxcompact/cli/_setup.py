@@ -130,10 +130,11 @@ def build_setup(
         dependencies[type(config)] = config
     if llm is not None:
         dependencies[LLM] = llm
-    label = spec
+    label: str = spec
     _load(label, dependencies, params)  # fail fast, before reading or replaying anything
 
     def make_controller() -> CompactionController:
+        # A new strategy object per conversation: strategies may keep state between runs.
         strategy = _load(label, dependencies, params)
         if config is not None:
             return CompactionController.from_config(
@@ -163,7 +164,10 @@ def _load(
 
 def _limits(args: argparse.Namespace, config: Config | None) -> tuple[int, int]:
     configured_max = config.compaction.max_context_size if config is not None else None
-    max_size: int = args.max_context_size or configured_max or DEFAULT_MAX_CONTEXT_SIZE
+    if args.max_context_size is not None:
+        max_size: int = args.max_context_size
+    else:
+        max_size = configured_max if configured_max is not None else DEFAULT_MAX_CONTEXT_SIZE
     if args.reserved is not None:
         reserved: int = args.reserved
     elif config is not None and configured_max is not None:
