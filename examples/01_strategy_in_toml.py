@@ -14,7 +14,7 @@ import asyncio
 import sys
 from pathlib import Path
 
-from _shared import TASK, TOOLS, choose_llm, report
+from _shared import TASK, TOOLS, model, report
 
 from ctxcompact import Agent
 
@@ -22,11 +22,11 @@ HERE = Path(__file__).resolve().parent
 
 
 async def run(config_path: Path) -> None:
-    llm, name = choose_llm()
-    agent = Agent.from_config(config_path, llm=llm, tools=TOOLS)
-    print(f"config: {config_path.name}; model: {name}")
-    print(f"strategy: {type(agent.controller.strategy).__name__}")
-    report(agent, await agent.run(TASK))
+    async with model() as (llm, name):
+        agent = Agent.from_config(config_path, llm=llm, tools=TOOLS)
+        print(f"config: {config_path.name}; model: {name}")
+        print(f"strategy: {type(agent.controller.strategy).__name__}")
+        report(agent, await agent.run(TASK))
 
 
 def main(argv: list[str] | None = None) -> None:

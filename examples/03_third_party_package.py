@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from _shared import TASK, TOOLS, choose_llm, report
+from _shared import TASK, TOOLS, model, report
 
 from ctxcompact import Agent
 
@@ -22,11 +22,11 @@ CONFIG = Path(__file__).resolve().parent / "supersede.toml"
 
 
 async def run() -> None:
-    llm, name = choose_llm()
-    agent = Agent.from_config(CONFIG, llm=llm, tools=TOOLS)
-    strategy = agent.controller.strategy
-    print(f"model: {name}; strategy: {type(strategy).__module__}.{type(strategy).__name__}")
-    report(agent, await agent.run(TASK))
+    async with model() as (llm, name):
+        agent = Agent.from_config(CONFIG, llm=llm, tools=TOOLS)
+        strategy = agent.controller.strategy
+        print(f"model: {name}; strategy: {type(strategy).__module__}.{type(strategy).__name__}")
+        report(agent, await agent.run(TASK))
 
 
 def main() -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 
-from _shared import TASK, TOOLS, choose_llm, report
+from _shared import TASK, TOOLS, model, report
 
 from ctxcompact import Agent, CompactionContext, Message
 
@@ -38,16 +38,16 @@ class ShortenOldResults:
 
 
 async def run() -> None:
-    llm, name = choose_llm()
-    agent = Agent(
-        llm,
-        tools=TOOLS,
-        compaction=ShortenOldResults(keep_chars=200),
-        max_context_size=6_000,
-        reserved_context_size=2_000,
-    )
-    print(f"model: {name}; strategy: ShortenOldResults")
-    report(agent, await agent.run(TASK))
+    async with model() as (llm, name):
+        agent = Agent(
+            llm,
+            tools=TOOLS,
+            compaction=ShortenOldResults(keep_chars=200),
+            max_context_size=6_000,
+            reserved_context_size=2_000,
+        )
+        print(f"model: {name}; strategy: ShortenOldResults")
+        report(agent, await agent.run(TASK))
 
 
 def main() -> None:

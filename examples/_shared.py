@@ -3,13 +3,16 @@
 Offline (no API key in the environment) the model is a :class:`ctxcompact.testing.ScriptedLLM`
 that lists the files, reads them one by one (``a.py`` twice) and answers: enough tool output
 to make a small context window overflow. With ``OPENAI_API_KEY`` (or ``ANTHROPIC_API_KEY``)
-set, a real model does the same task; ``CTXCOMPACT_EXAMPLE_MODEL`` picks the model.
+set, a real model does the same task; ``CTXCOMPACT_EXAMPLE_MODEL`` picks the model and
+``CTXCOMPACT_EXAMPLE_MAX_TOKENS`` its output limit (default 512).
 """
 
 from __future__ import annotations
 
 import json
 import os
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from itertools import count
 
 from ctxcompact import LLM, Agent, Completion, Message, ToolCall
@@ -73,19 +76,32 @@ def scripted_llm() -> ScriptedLLM:
     return ScriptedLLM(*[respond] * 20)
 
 
+@asynccontextmanager
+async def model() -> AsyncIterator[tuple[LLM, str]]:
+    """:func:`choose_llm`, closing the real model's HTTP client at the end."""
+    llm, name = choose_llm()
+    try:
+        yield llm, name
+    finally:
+        close = getattr(llm, "aclose", None)
+        if close is not None:
+            await close()
+
+
 def choose_llm() -> tuple[LLM, str]:
     """A real model when an API key is set, else the scripted one; and its name."""
     model = os.environ.get("CTXCOMPACT_EXAMPLE_MODEL")
+    max_tokens = int(os.environ.get("CTXCOMPACT_EXAMPLE_MAX_TOKENS", "512"))
     if os.environ.get("OPENAI_API_KEY"):
         from ctxcompact.llm.openai import OpenAIChatLLM
 
         name = model or "gpt-4o-mini"
-        return OpenAIChatLLM(name, max_tokens=512), f"openai:{name}"
+        return OpenAIChatLLM(name, max_tokens=max_tokens), f"openai:{name}"
     if os.environ.get("ANTHROPIC_API_KEY"):
         from ctxcompact.llm.anthropic import AnthropicLLM
 
         name = model or "claude-haiku-4-5"
-        return AnthropicLLM(name, max_tokens=512), f"anthropic:{name}"
+        return AnthropicLLM(name, max_tokens=max_tokens), f"anthropic:{name}"
     return scripted_llm(), "offline:ScriptedLLM"
 
 

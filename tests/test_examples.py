@@ -8,6 +8,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+from tests.llama_server import LlamaServer, llama_server  # noqa: F401
+
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
 ANSWER = "answer: It is a small library of adders, scalers and reports."
@@ -17,7 +21,7 @@ def run_example(script: str, *args: str) -> str:
     env = {
         k: v
         for k, v in os.environ.items()
-        if k not in ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "CTXCOMPACT_EXAMPLE_MODEL")
+        if k not in ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "OPENAI_BASE_URL")
     }
     done = subprocess.run(
         [sys.executable, str(EXAMPLES / script), *args],
@@ -108,3 +112,32 @@ def test_example_4_custom_strategy() -> None:
     output = run_example("04_custom_strategy.py")
     assert "strategy: ShortenOldResults" in output
     check_compacted_run(output, "ShortenOldResults")
+
+
+@pytest.mark.llama
+def test_an_example_with_a_real_openai_compatible_server(
+    llama_server: LlamaServer,  # noqa: F811
+) -> None:
+    """The online path of the examples (OPENAI_API_KEY set), pointed at the local server
+    through the SDK's own OPENAI_BASE_URL variable."""
+    env = {
+        **os.environ,
+        "OPENAI_API_KEY": "local",
+        "OPENAI_BASE_URL": llama_server.base_url,
+        "CTXCOMPACT_EXAMPLE_MODEL": llama_server.model,
+        "CTXCOMPACT_EXAMPLE_MAX_TOKENS": "32",  # the tiny model rambles; keep the run short
+    }
+    env.pop("ANTHROPIC_API_KEY", None)
+    done = subprocess.run(
+        [sys.executable, str(EXAMPLES / "02_strategy_object.py")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+        env=env,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert f"model: openai:{llama_server.model}" in done.stdout
+    assert re.search(r"^answer: ", done.stdout, re.M)
+    assert re.search(r"^model calls: [1-9]", done.stdout, re.M)
