@@ -409,8 +409,8 @@ def drop_oldest_turn(ctx: CompactionContext) -> list[Message]:
 async def _agent_with_past(llm: ScriptedLLM, strategy: FunctionStrategy) -> Agent:
     agent = Agent(llm, system_prompt="sys", compaction=strategy, max_context_size=1_000_000)
     for i in range(4):
-        agent._add(Message.user(f"question {i} " + "q" * 400))
-        agent._add(Message.assistant(f"answer {i} " + "a" * 400))
+        agent.add(Message.user(f"question {i} " + "q" * 400))
+        agent.add(Message.assistant(f"answer {i} " + "a" * 400))
     return agent
 
 
@@ -462,7 +462,7 @@ async def test_a_ready_controller_is_used_and_its_events_reach_the_transcript() 
     controller = CompactionController(strategy, max_context_size=1_000_000, on_event=seen.append)
     llm = ScriptedLLM(ContextTooLongError("too long"), "ok")
     agent = Agent(llm, controller=controller)
-    agent._add(Message.user("old " * 100), Message.assistant("old answer " * 50))
+    agent.add(Message.user("old " * 100), Message.assistant("old answer " * 50))
     await agent.run("new")
     assert len(seen) == 1
     assert [e.event for e in agent.transcript if isinstance(e, CompactionRecord)] == seen

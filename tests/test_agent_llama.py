@@ -87,8 +87,8 @@ async def test_the_server_refusing_a_too_long_prompt_triggers_a_forced_compactio
         reserved_context_size=1_000,
     )
     for i in range(6):  # ~6 x 700 tokens: well past the server's 2,048-token window
-        agent._add(Message.user(f"note {i}: " + "lorem ipsum dolor sit amet " * 120))
-        agent._add(Message.assistant(f"noted {i}"))
+        agent.add(Message.user(f"note {i}: " + "lorem ipsum dolor sit amet " * 120))
+        agent.add(Message.assistant(f"noted {i}"))
     answer = await agent.run("Say hello.")
     [record] = [e for e in agent.transcript if isinstance(e, CompactionRecord)]
     assert (record.event.trigger, record.event.status) == ("forced", "compacted")

@@ -183,7 +183,7 @@ class Agent:
         self.steps = 0
         """Model calls made by the last :meth:`run`."""
         if system_prompt:
-            self._add(Message.system(system_prompt))
+            self.add(Message.system(system_prompt))
 
     # -- construction from a config file ----------------------------------------------------
 
@@ -264,7 +264,9 @@ class Agent:
         """Every message of the transcript (the full, uncompacted conversation)."""
         return [e for e in self.transcript if isinstance(e, Message)]
 
-    def _add(self, *messages: Message) -> None:
+    def add(self, *messages: Message) -> None:
+        """Append messages to the history and the transcript, e.g. to resume a stored
+        conversation before the next :meth:`run`."""
         self.history.extend(messages)
         self.transcript.extend(messages)
 
@@ -289,7 +291,7 @@ class Agent:
 
     async def _run(self, user_input: str | Message) -> str:
         message = user_input if isinstance(user_input, Message) else Message.user(user_input)
-        self._add(message)
+        self.add(message)
         self.stop_reason = None
         self.steps = 0
         asked_to_continue = False
@@ -307,7 +309,7 @@ class Agent:
                 continue
             if completion.finish_reason == "length" and not asked_to_continue:
                 asked_to_continue = True
-                self._add(Message.user(CONTINUE_PROMPT))
+                self.add(Message.user(CONTINUE_PROMPT))
                 continue
             self.stop_reason = "length" if completion.finish_reason == "length" else "answer"
             return completion.message.text
@@ -320,7 +322,7 @@ class Agent:
         completion = await self._call_model()
         self.steps += 1
         reply = completion.message
-        self._add(reply)
+        self.add(reply)
         if completion.usage is not None:
             self.controller.observe_usage(completion.usage, self.history)
         if reply.tool_calls:
