@@ -10,10 +10,20 @@ from collections.abc import Iterable
 
 import pytest
 
-from ctxcompact import CompactionContext, CompactionController, Completion, Message, ToolCall, Usage
+from ctxcompact import (
+    CompactionContext,
+    CompactionController,
+    Completion,
+    HeuristicTokenCounter,
+    Message,
+    ToolCall,
+    Usage,
+    from_openai,
+)
 from ctxcompact.cli._replay import CacheMeter, MemoCounter, MeteredLLM, ReplayStats, replay
-from ctxcompact.strategies import LLMSummary
+from ctxcompact.strategies import LLMSummary, ToolResultHiding
 from ctxcompact.testing import FunctionStrategy, ScriptedLLM
+from tests.traces import load_trace, trace_names
 
 
 class CharCounter:
@@ -237,3 +247,28 @@ async def test_metered_llm_estimates_tokens_when_no_usage_is_reported() -> None:
     await llm.complete([Message.user("x" * 10)], system="yyy")
     # Prompt: system "yyy" (3) + user (10); answer "abcd" (4) -> 17.
     assert (llm.calls, llm.tokens) == (1, 17)
+
+
+@pytest.mark.parametrize("name", trace_names())
+async def test_every_trace_replays_with_the_cli_defaults(name: str) -> None:
+    conversation = from_openai(load_trace(name))
+    counter = MemoCounter(HeuristicTokenCounter())
+    baseline = await replay(conversation, None, counter=counter)
+    controller = CompactionController(
+        ToolResultHiding(),
+        max_context_size=16_000,
+        reserved_context_size=4_000,
+        token_counter=counter,
+    )
+    compacted = await replay(conversation, controller, counter=counter)
+    calls = sum(m.role == "assistant" for m in conversation)
+    assert baseline.calls == compacted.calls == calls
+    # A recording only grows: with no compaction nothing cached is ever changed.
+    assert baseline.cache_breaks == 0
+    assert baseline.cost <= baseline.input_tokens
+    assert compacted.failed_compactions == 0
+    # Hiding only ever shortens tool results, and a break needs a compaction.
+    assert compacted.input_tokens <= baseline.input_tokens
+    assert compacted.cache_breaks <= compacted.compactions
+    if baseline.peak_context_tokens < 12_000:
+        assert compacted.compactions == 0
