@@ -68,7 +68,7 @@ def test_preserve_zero_hides_every_group() -> None:
 
 
 def test_tool_call_id_and_extras_are_kept() -> None:
-    h = [user("go"), assistant(None, call("a")), tool("a", "boom", is_error=True)]
+    h = [user("go"), assistant(None, call("a")), tool("a", "boom" * 20, is_error=True)]
     h += [assistant(None, call("b")), tool("b", "ok")]
     out = run(ToolResultHiding(preserve_recent_n=1), h)
     assert out[2].tool_call_id == "a"
@@ -106,7 +106,7 @@ def test_growing_history_hides_only_the_newly_old_group() -> None:
 
 def test_orphans_and_separated_results_are_left_alone() -> None:
     h = [user("go"), tool("orphan", "o" * 40), assistant(None, call("a"), call("b"))]
-    h += [tool("a", "x"), user("interrupt"), tool("b", "separated")]
+    h += [tool("a", "x" * 40), user("interrupt"), tool("b", "separated" * 5)]
     h += [assistant(None, call("c")), tool("c", "y")]
     assert hidden(h, preserve_recent_n=1) == [3]
 
@@ -114,8 +114,17 @@ def test_orphans_and_separated_results_are_left_alone() -> None:
 def test_reused_ids_are_positional() -> None:
     h = [user("go")]
     for k in range(4):
-        h += [assistant(None, call("same")), tool("same", f"r{k}")]
+        h += [assistant(None, call("same")), tool("same", f"result {k} " + "r" * 40)]
     assert hidden(h, preserve_recent_n=1) == [2, 4, 6]
+
+
+def test_results_no_longer_than_the_placeholder_stay() -> None:
+    # Replacing "ok" with a 30-character placeholder would make the prompt bigger.
+    h = [user("go"), assistant(None, call("a")), tool("a", "ok")]
+    h += [assistant(None, call("b")), tool("b", "x" * len(PLACEHOLDER))]
+    h += [assistant(None, call("c")), tool("c", "y" * (len(PLACEHOLDER) + 1))]
+    h += [assistant(None, call("d")), tool("d", "newest")]
+    assert hidden(h, preserve_recent_n=1) == [6]
 
 
 def test_pending_calls_count_as_the_newest_group() -> None:

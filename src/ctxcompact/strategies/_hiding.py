@@ -36,7 +36,8 @@ class ToolResultHiding:
     that answer one of its calls; parallel calls are one group, hidden or kept whole. Only the
     ``content`` of old tool messages changes (string or list content alike); ids, calls, order
     and every other message stay as they are. Results already showing the placeholder are
-    left alone, so a second run on the output returns ``None``.
+    left alone, so a second run on the output returns ``None``. A string result no longer
+    than the placeholder is left alone too: hiding it would make the prompt bigger.
 
     Args:
         preserve_recent_n: How many of the newest groups keep their results.
@@ -52,7 +53,7 @@ class ToolResultHiding:
     Example:
         >>> from ctxcompact import Message, ToolCall
         >>> h = [Message.assistant(None, tool_calls=[ToolCall(id="a", name="ls", arguments="{}")]),
-        ...      Message.tool("a", "big output")]
+        ...      Message.tool("a", "a big output, longer than the placeholder")]
         >>> ToolResultHiding(preserve_recent_n=0).hide(h)[1].content
         '<system>历史 tool_call已隐藏</system>'
     """
@@ -126,8 +127,9 @@ class ToolResultHiding:
         return [i for i in group.result_indices if not self._hidden(history[i])]
 
     def _hidden(self, message: Message) -> bool:
+        """Already hidden, or too short for hiding to save anything."""
         content = message.content
-        if content == self.placeholder:
+        if type(content) is str and len(content) <= len(self.placeholder):
             return True
         return (
             isinstance(content, tuple)
@@ -154,13 +156,14 @@ def _hide_before(history: Sequence[Message], stop: int, placeholder: str) -> lis
         SET_PRIVATE,
     )
     ids: object = ()
+    short = len(placeholder)  # a result this short (or the placeholder itself) stays as it is
     for i, message in zip(range(stop), history, strict=False):
         role = message.role
         if role == "tool":
             if message.tool_call_id not in ids:  # type: ignore[operator]
                 continue
             content = message.content
-            if content == placeholder or (
+            if (type(content) is str and len(content) <= short) or (
                 type(content) is tuple
                 and len(content) == 1
                 and isinstance(content[0], TextPart)
