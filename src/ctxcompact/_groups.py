@@ -7,10 +7,13 @@ code here (or anywhere in ctxcompact) maps ids over the whole history.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from ._messages import Message
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from ._messages import Message
 
 __all__ = ["ToolGroup", "tool_groups"]
 

@@ -16,8 +16,8 @@ Design notes for readers:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
-from typing import Annotated, Any, Literal, Union
+from collections.abc import Iterable, Mapping
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Tag, TypeAdapter
 
@@ -98,16 +98,14 @@ def _part_tag(value: Any) -> str:
 
 
 Part = Annotated[
-    Union[
-        Annotated[TextPart, Tag("text")],
-        Annotated[ImagePart, Tag("image")],
-        Annotated[RawPart, Tag("raw")],
-    ],
+    Annotated[TextPart, Tag("text")]
+    | Annotated[ImagePart, Tag("image")]
+    | Annotated[RawPart, Tag("raw")],
     Discriminator(_part_tag),
 ]
 """One block of list-form content: :class:`TextPart`, :class:`ImagePart` or :class:`RawPart`."""
 
-Content = Union[str, tuple[Part, ...], None]
+Content = str | tuple[Part, ...] | None
 """A string, a tuple of parts, or ``None`` (no content / JSON ``null``)."""
 
 _CONTENT_ADAPTER: TypeAdapter[Content] = TypeAdapter(Content)
@@ -184,9 +182,7 @@ class Message(BaseModel):
         return cls(role="assistant", content=_coerce_content(content), tool_calls=tuple(tool_calls))
 
     @classmethod
-    def tool(
-        cls, tool_call_id: str, content: str | Iterable[Part | Mapping[str, Any]]
-    ) -> Message:
+    def tool(cls, tool_call_id: str, content: str | Iterable[Part | Mapping[str, Any]]) -> Message:
         """A tool result answering the call ``tool_call_id``."""
         return cls(role="tool", tool_call_id=tool_call_id, content=_coerce_content(content))
 
@@ -242,6 +238,6 @@ def _coerce_content(content: Any) -> Content:
         isinstance(p, (TextPart, ImagePart, RawPart)) for p in content
     ):
         return content
-    if isinstance(content, Sequence) or isinstance(content, Iterable):
+    if isinstance(content, Iterable):
         return _CONTENT_ADAPTER.validate_python(tuple(content))
     return _CONTENT_ADAPTER.validate_python(content)

@@ -95,8 +95,7 @@ class MissingDependencyError(UserError, ImportError):
 
     def __init__(self, what: str, extra: str) -> None:
         super().__init__(
-            f"{what} needs the optional dependency '{extra}': "
-            f"pip install 'ctxcompact[{extra}]'"
+            f"{what} needs the optional dependency '{extra}': pip install 'ctxcompact[{extra}]'"
         )
         self.extra = extra
 
