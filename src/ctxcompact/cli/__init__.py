@@ -1,4 +1,4 @@
-"""The ``ctxcompact`` command line: apply, replay, validate, strategies.
+"""The ``ctxcompact`` command line: apply, replay, validate, strategies, proxy.
 
 ``ctxcompact replay`` with no file replays a demo conversation that ships with the package,
 so the first command works on a fresh machine without an API key. Exit codes: 0 success,
@@ -142,6 +142,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     strategies.add_argument("--json", action="store_true", help="print a JSON report")
     strategies.set_defaults(run="strategies")
+
+    proxy = commands.add_parser(
+        "proxy",
+        help="run the OpenAI/Anthropic-compatible compaction proxy",
+        description="Serve POST /v1/chat/completions and /v1/messages: every request gets the "
+        "config's per-request transforms and, when it reaches the trigger, its strategy, then "
+        "goes to the upstream set in [proxy]. Other paths pass through. Needs the 'proxy' extra.",
+    )
+    proxy.add_argument("--config", metavar="FILE", required=True, help="a ctxcompact TOML config")
+    proxy.add_argument("--host", help="address to listen on (default: [proxy] host, 127.0.0.1)")
+    proxy.add_argument("--port", type=int, help="port to listen on (default: [proxy] port, 8787)")
+    proxy.set_defaults(run="proxy")
     return parser
 
 
@@ -161,6 +173,7 @@ def _configure_logging(*, verbose: bool) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit code (the console script exits with it)."""
     from ._commands import run_apply, run_replay, run_strategies, run_validate
+    from ._proxy import run_proxy
 
     try:
         args = build_parser().parse_args(argv)
@@ -172,6 +185,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "replay": run_replay,
         "validate": run_validate,
         "strategies": run_strategies,
+        "proxy": run_proxy,
     }
     try:
         return commands[args.run](args)

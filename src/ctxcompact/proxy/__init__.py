@@ -97,5 +97,8 @@ def serve(config: Config, *, host: str | None = None, port: int | None = None) -
         raise MissingDependencyError("the ctxcompact proxy", "proxy") from exc
     app = create_app(config)
     uvicorn.run(
-        app, host=host or config.proxy.host, port=port or config.proxy.port, log_level="info"
+        app,
+        host=host if host is not None else config.proxy.host,
+        port=port if port is not None else config.proxy.port,
+        log_level="info",
     )

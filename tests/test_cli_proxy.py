@@ -1,0 +1,80 @@
+"""`ctxcompact proxy` through its real entry point: a subprocess on 127.0.0.1."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+from tests.proxy_servers import FakeUpstream, free_port, serve_in_thread
+from tests.test_proxy import openai_history, write_config
+
+
+def wait_for(url: str, proc: subprocess.Popen[bytes]) -> None:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            _, err = proc.communicate()
+            raise AssertionError(f"proxy exited early: {err.decode()}")
+        try:
+            httpx.get(url, timeout=1)
+            return
+        except httpx.TransportError:
+            time.sleep(0.1)
+    raise AssertionError("proxy did not come up within 30 s")
+
+
+def test_proxy_command_serves_and_compacts(tmp_path: Path) -> None:
+    fake = FakeUpstream()
+    port = free_port()
+    with serve_in_thread(fake.app()) as upstream:
+        config = write_config(tmp_path, upstream)
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "ctxcompact",
+                "proxy",
+                "--config",
+                str(config),
+                "--port",
+                str(port),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        try:
+            wait_for(f"http://127.0.0.1:{port}/v1/models", proc)
+            messages = openai_history(turns=4, output_chars=300)
+            r = httpx.post(
+                f"http://127.0.0.1:{port}/v1/chat/completions",
+                json={"model": "m", "messages": messages},
+                headers={"authorization": "Bearer sk-cli-secret"},
+                timeout=30,
+            )
+        finally:
+            proc.terminate()
+            _, err = proc.communicate(timeout=30)
+    assert r.status_code == 200
+    assert "action=compacted" in r.headers["x-ctxcompact"]
+    sent = json.loads(fake.received[-1].body)["messages"]
+    assert sent[3]["content"] == "<system>历史 tool_call已隐藏</system>"
+    log = err.decode()
+    assert "POST /v1/chat/completions action=compacted" in log
+    assert "sk-cli-secret" not in log
+
+
+def test_proxy_command_without_a_readable_config_exits_2(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "ctxcompact", "proxy", "--config", str(tmp_path / "nope.toml")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2
+    assert "nope.toml" in done.stderr
+    assert "Traceback" not in done.stderr
