@@ -7,3 +7,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
+
+# The real llama.cpp server fixture, session-scoped: defined once here so every module that
+# asks for it shares one server (a fixture imported into two modules would start two).
+from tests.llama_server import llama_server  # noqa: E402, F401

@@ -1,7 +1,7 @@
 """A real OpenAI-compatible server for tests: llama-cpp-python's, with the tiny Gemma 3 GGUF.
 
-Use the ``llama_server`` fixture (register it in a test module with
-``from tests.llama_server import llama_server  # noqa: F401``) or call
+Use the ``llama_server`` fixture (registered once for the whole suite in
+``tests/conftest.py``) or call
 :func:`start_llama_server` / :meth:`LlamaServer.stop` yourself. The fixture is session-scoped:
 the model loads once. Tests that use it must be marked ``@pytest.mark.llama``; when
 ``llama-cpp-python[server]`` or the model package is not installed the fixture fails with

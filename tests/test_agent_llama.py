@@ -16,13 +16,13 @@ from ctxcompact._agent import CONTINUE_PROMPT, CompactionRecord
 from ctxcompact.exceptions import MaxStepsExceeded
 from ctxcompact.llm.openai import OpenAIChatLLM
 from ctxcompact.testing import FunctionStrategy
-from tests.llama_server import LlamaServer, llama_server  # noqa: F401
+from tests.llama_server import LlamaServer
 
 pytestmark = pytest.mark.llama
 
 
 @pytest.fixture
-async def real_llm(llama_server: LlamaServer) -> AsyncIterator[OpenAIChatLLM]:  # noqa: F811
+async def real_llm(llama_server: LlamaServer) -> AsyncIterator[OpenAIChatLLM]:
     llm = OpenAIChatLLM(
         llama_server.model,
         base_url=llama_server.base_url,
@@ -57,7 +57,7 @@ def keep_system_and_last_user(ctx: CompactionContext) -> list[Message]:
 
 async def test_a_short_real_run_reports_usage_to_the_controller(
     real_llm: OpenAIChatLLM,
-    llama_server: LlamaServer,  # noqa: F811
+    llama_server: LlamaServer,
 ) -> None:
     agent = Agent(
         real_llm,

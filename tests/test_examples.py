@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.llama_server import LlamaServer, llama_server  # noqa: F401
+from tests.llama_server import LlamaServer
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
@@ -116,7 +116,7 @@ def test_example_4_custom_strategy() -> None:
 
 @pytest.mark.llama
 def test_an_example_with_a_real_openai_compatible_server(
-    llama_server: LlamaServer,  # noqa: F811
+    llama_server: LlamaServer,
 ) -> None:
     """The online path of the examples (OPENAI_API_KEY set), pointed at the local server
     through the SDK's own OPENAI_BASE_URL variable."""

@@ -21,7 +21,7 @@ from ctxcompact.exceptions import ContextTooLongError
 from ctxcompact.llm.openai import OpenAIChatLLM
 from ctxcompact.strategies import LLMSummary
 from ctxcompact.strategies._summary import SUMMARY_PREFIX
-from tests.llama_server import LlamaServer, llama_server  # noqa: F401  (fixture)
+from tests.llama_server import LlamaServer
 
 pytestmark = pytest.mark.llama
 
@@ -72,7 +72,7 @@ def coding_session() -> list[Message]:
 
 @pytest.mark.slow
 async def test_llm_summary_runs_end_to_end_through_the_real_server(
-    llama_server: LlamaServer,  # noqa: F811
+    llama_server: LlamaServer,
     http: Recorder,
 ) -> None:
     bodies = http.bodies
@@ -113,7 +113,7 @@ async def test_llm_summary_runs_end_to_end_through_the_real_server(
 
 
 async def test_a_tiny_budget_ends_with_finish_reason_length(
-    llama_server: LlamaServer,  # noqa: F811
+    llama_server: LlamaServer,
     http: Recorder,
 ) -> None:
     bodies = http.bodies
@@ -131,7 +131,7 @@ async def test_a_tiny_budget_ends_with_finish_reason_length(
 
 
 async def test_a_short_answer_stops_with_usage(
-    llama_server: LlamaServer,  # noqa: F811
+    llama_server: LlamaServer,
     http: Recorder,
 ) -> None:
     bodies = http.bodies
@@ -153,7 +153,7 @@ async def test_a_short_answer_stops_with_usage(
 
 
 async def test_a_prompt_over_the_window_is_context_too_long(
-    llama_server: LlamaServer,  # noqa: F811
+    llama_server: LlamaServer,
     http: Recorder,
 ) -> None:
     bodies = http.bodies
@@ -169,7 +169,7 @@ async def test_a_prompt_over_the_window_is_context_too_long(
 
 @pytest.mark.slow
 async def test_a_config_file_points_the_summarizer_at_the_local_server(
-    llama_server: LlamaServer,  # noqa: F811
+    llama_server: LlamaServer,
     tmp_path: Path,
 ) -> None:
     path = tmp_path / "ctxcompact.toml"
