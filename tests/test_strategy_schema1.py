@@ -15,6 +15,9 @@ from ctxcompact.strategies._shared import SCHEMA1_PLACEHOLDER
 from tests.gen import assistant, call, system, tool, user
 from tests.strategy_checks import assert_content_only, assert_safe, dump, run
 
+LONG = "x" * 200
+"""Padding that makes a result longer than its rendered placeholder (about 90 characters)."""
+
 PH = "[Observation masquée: résultat d’outil ancien (tool_call_id={tool_call_id}, outil={tool_name}, chars={original_chars})]"  # noqa: E501
 
 
@@ -24,7 +27,7 @@ def turns(n: int, *, names: tuple[str, ...] = ("ls",), prefix: str = "c") -> lis
     for k in range(n):
         calls = [call(f"{prefix}{k}_{j}", name) for j, name in enumerate(names)]
         out.append(assistant(None, *calls))
-        out.extend(tool(c.id, f"output {k} of {c.name} " + "x" * 50) for c in calls)
+        out.extend(tool(c.id, f"output {k} of {c.name} " + LONG) for c in calls)
     out.append(assistant("done"))
     return out
 
@@ -125,7 +128,7 @@ def test_default_template_is_seed_001s_french_text() -> None:
 def test_unresolvable_tool_name_is_inconnu() -> None:
     raw = [
         {"role": "assistant", "content": None, "tool_calls": [{"id": "a", "type": "function"}]},
-        {"role": "tool", "tool_call_id": "a", "content": "old"},
+        {"role": "tool", "tool_call_id": "a", "content": "old " + LONG},
         *to_openai(turns(1)[1:]),
     ]
     out = mask_old_tool_results(raw, MaskPolicy(enabled=True, window_turns=1))
@@ -144,13 +147,13 @@ def test_custom_template() -> None:
 @pytest.mark.parametrize(
     "content",
     [
-        "Traceback (most recent call last):\n  File 'x.py', line 1\nValueError: bad",
-        json.dumps({"error": "file not found"}),
-        json.dumps({"status": "error", "detail": "nope"}),
-        "Error: not enough seats on flight HAT229",
-        "<returncode>1</returncode>\n<output>FAIL</output>",
-        "Exit code 2\nmake: *** [all] Error 2",
-        "curl: (7) Failed to connect: Connection refused",
+        f"Traceback (most recent call last):\n  File 'x.py', line 1\n{LONG}\nValueError: bad",
+        json.dumps({"error": "file not found", "path": LONG}),
+        json.dumps({"status": "error", "detail": LONG}),
+        f"Error: not enough seats on flight HAT229 {LONG}",
+        f"<returncode>1</returncode>\n<output>FAIL {LONG}</output>",
+        f"Exit code 2\nmake: *** [all] Error 2\n{LONG}",
+        f"curl: (7) Failed to connect: Connection refused\n{LONG}",
     ],
 )
 def test_error_results_are_kept(content: str) -> None:
@@ -172,14 +175,15 @@ def test_provider_flagged_error_is_kept() -> None:
 def test_prose_mentioning_exception_or_timeout_is_masked() -> None:
     h = turns(2)
     h[2] = tool(
-        "c0_0", "The client raises an exception when the timeout is reached; errors are logged."
+        "c0_0",
+        "The client raises an exception when the timeout is reached; errors are logged. " + LONG,
     )
     assert mask_both(h, window_turns=1) == [2]
 
 
 def test_json_with_null_error_is_not_an_error() -> None:
     h = turns(2)
-    h[2] = tool("c0_0", json.dumps({"error": None, "data": [1, 2, 3]}))
+    h[2] = tool("c0_0", json.dumps({"error": None, "data": [1, 2, 3], "log": LONG}))
     assert mask_both(h, window_turns=1) == [2]
 
 
@@ -188,7 +192,7 @@ def test_json_with_null_error_is_not_an_error() -> None:
 
 def test_orphan_tool_message_is_not_masked() -> None:
     h = turns(3)
-    h.insert(1, tool("nobody_called_me", "x" * 100))
+    h.insert(1, tool("nobody_called_me", LONG))
     changed = mask_both(h, window_turns=1)
     assert 1 not in changed
     assert changed == [3, 5]
@@ -205,7 +209,7 @@ def test_reused_ids_are_matched_by_position_not_globally() -> None:
     # has a call with the same id, and the recent one kept.
     h = [user("go")]
     for k in range(3):
-        h += [assistant(None, call("same", "get_user")), tool("same", f"result {k} " + "y" * 40)]
+        h += [assistant(None, call("same", "get_user")), tool("same", f"result {k} " + LONG)]
     assert mask_both(h, window_turns=1) == [2, 4]
 
 
@@ -216,7 +220,7 @@ def test_keep_last_k_per_tool_keeps_results_outside_the_window() -> None:
     h = [user("go")]
     names = ["ls", "cat", "ls", "cat", "grep", "ls", "grep", "grep"]
     for k, name in enumerate(names):
-        h += [assistant(None, call(f"c{k}", name)), tool(f"c{k}", f"out {k} " + "z" * 40)]
+        h += [assistant(None, call(f"c{k}", name)), tool(f"c{k}", f"out {k} " + LONG)]
     results = tool_indices(h)
     # window 2 keeps turns 6 and 7 (grep, grep); K=1 keeps the last ls (5) and cat (3).
     changed = mask_both(h, window_turns=2, keep_last_k_per_tool=1)
@@ -303,12 +307,12 @@ def test_batched_masking_is_stable_as_the_history_grows() -> None:
 
 def test_clear_at_least_waits_for_enough_tokens() -> None:
     counter = HeuristicTokenCounter()
-    result = tool("c", "x" * 73)
+    result = tool("c", "x" * 173)
     threshold = 4 * counter.count_message(result)  # exactly four results' worth
     for n in range(2, 20):
         h = [user("go")]
         for k in range(n):
-            h += [assistant(None, call(f"c{k}")), tool(f"c{k}", "x" * 73)]
+            h += [assistant(None, call(f"c{k}")), tool(f"c{k}", "x" * 173)]
         maskable = n - 1
         changed = mask_both(h, window_turns=1, clear_at_least=threshold)
         assert len(changed) == maskable - maskable % 4
@@ -359,3 +363,30 @@ def test_template_with_format_specs_is_recognised_on_a_second_run() -> None:
 def test_template_that_cannot_be_formatted_is_rejected() -> None:
     with pytest.raises(ConfigError, match="cannot be formatted"):
         Schema1Masking(placeholder_template="[{original_chars:{tool_name}}]")
+
+
+# -- never longer (the one deviation from seed 001) ------------------------------------------
+
+
+def test_result_not_longer_than_its_placeholder_is_kept() -> None:
+    # Around the boundary, for the default French template and a custom short one: a result
+    # is masked exactly when it is longer than the placeholder that would replace it.
+    for template in (PH, "[masked {tool_name} {original_chars}]"):
+        for size in range(5, 130):
+            h = turns(2)
+            h[2] = tool("c0_0", "y" * size)
+            rendered = template.format(tool_call_id="c0_0", tool_name="ls", original_chars=size)
+            changed = mask_both(h, window_turns=1, placeholder_template=template)
+            assert (2 in changed) == (size > len(rendered)), (template, size)
+            assert 4 not in changed  # the window's result
+
+
+def test_masking_never_lengthens_a_result_on_the_traces() -> None:
+    from tests.traces import load_trace, trace_names
+
+    for name in trace_names():
+        raw = load_trace(name)
+        out = mask_old_tool_results(raw, MaskPolicy(enabled=True, window_turns=1))
+        for before, after in zip(raw, out, strict=True):
+            if before is not after:
+                assert len(after["content"]) < len(before["content"]), name

@@ -5,6 +5,10 @@ French placeholder as content; errors, the newest ``window_turns`` turns, the la
 each tool, orphans and non-string content are left alone. Turns are positional: a result
 belongs to the assistant message right before its run of tool messages, never to another
 message that happens to re-use its id.
+
+The one deviation from seed 001 to the letter: a result whose string content is not longer
+(in characters) than its rendered placeholder is left alone, since masking it would make the
+prompt bigger. So masking never replaces a result with a longer text.
 """
 
 from __future__ import annotations
@@ -112,12 +116,14 @@ def _mask_plan(
                 continue
             if masked_already(content):
                 continue
-            if policy.keep_errors and (flagged(i) or looks_like_error(content)):
-                continue
             name = names[g_index].get(call_id) or UNKNOWN_TOOL_NAME
             text = render_placeholder(
                 template, tool_call_id=call_id, tool_name=name, chars=len(content)
             )
+            if len(content) <= len(text):
+                continue  # masking it would make the prompt bigger, not smaller
+            if policy.keep_errors and (flagged(i) or looks_like_error(content)):
+                continue
             out.append((i, text))
         return out
 
@@ -198,17 +204,24 @@ def mask_old_tool_results(messages: list[ChatMessage], policy: MaskPolicy) -> li
 
     Disabled (or ``window_turns <= 0``), it returns ``messages`` itself. Otherwise a new list
     holding the same dict objects, except masked tool messages, which are new dicts with only
-    ``content`` changed. The input list and its dicts are never modified.
+    ``content`` changed. The input list and its dicts are never modified. Unlike the seed to
+    the letter, a result not longer than its rendered placeholder is kept as it is (masking
+    it would lengthen the prompt); see :class:`Schema1Masking`.
 
     Example:
         >>> def turn(i):
         ...     fn = {"name": "ls", "arguments": "{}"}
         ...     return {"role": "assistant", "content": None,
         ...             "tool_calls": [{"id": i, "type": "function", "function": fn}]}
-        >>> msgs = [turn("c1"), {"role": "tool", "tool_call_id": "c1", "content": "a.py b.py"},
-        ...         turn("c2"), {"role": "tool", "tool_call_id": "c2", "content": "c.py"}]
-        >>> mask_old_tool_results(msgs, MaskPolicy(enabled=True, window_turns=1))[1]["content"]
-        '[Observation masquée: résultat d’outil ancien (tool_call_id=c1, outil=ls, chars=9)]'
+        >>> def result(i, text):
+        ...     return {"role": "tool", "tool_call_id": i, "content": text}
+        >>> msgs = [turn("c1"), result("c1", "a.py " * 40), turn("c2"), result("c2", "b.py"),
+        ...         turn("c3"), result("c3", "c.py")]
+        >>> out = mask_old_tool_results(msgs, MaskPolicy(enabled=True, window_turns=1))
+        >>> out[1]["content"]
+        '[Observation masquée: résultat d’outil ancien (tool_call_id=c1, outil=ls, chars=200)]'
+        >>> out[3]["content"]  # shorter than its placeholder: kept
+        'b.py'
     """
     if not policy.enabled or policy.window_turns <= 0:
         return messages
@@ -233,8 +246,10 @@ class Schema1Masking:
     Old tool results outside the newest ``window_turns`` tool turns get a short placeholder
     (``{tool_call_id}``, ``{tool_name}``, ``{original_chars}``). Kept whole: results of the
     window, results that look like errors (``keep_errors``), the last ``keep_last_k_per_tool``
-    results of each tool, orphan results, non-string (list) content and results already
-    masked. Only ``content`` changes; a second run on the output returns ``None``.
+    results of each tool, orphan results, non-string (list) content, results already masked,
+    and results no longer (in characters) than their rendered placeholder, which masking
+    would only lengthen (the one deviation from seed 001). Only ``content`` changes; a second
+    run on the output returns ``None``.
 
     Args:
         enabled: ``False`` makes :meth:`compact` return ``None`` (a rollback switch).
