@@ -12,10 +12,12 @@ from hypothesis import strategies as st
 from ctxcompact import Message, TextPart
 from ctxcompact._groups import tool_groups
 from ctxcompact.exceptions import ConfigError
+from ctxcompact.strategies import _shared
 from ctxcompact.strategies._shared import (
     SCHEMA1_FIELDS,
     SCHEMA1_PLACEHOLDER,
     batched_boundary,
+    clear_error_cache,
     error_reason,
     group_results,
     is_error_result,
@@ -125,6 +127,48 @@ def test_heuristic_agrees_with_the_traces_meta_files() -> None:
     )
     assert text_errors > 50
     assert agree / total >= 0.99
+
+
+def test_cached_verdicts_equal_fresh_ones_on_every_trace_result() -> None:
+    texts = [
+        m["content"]
+        for name in trace_names()
+        for m in load_trace(name)
+        if m["role"] == "tool" and isinstance(m["content"], str)
+    ]
+    clear_error_cache()
+    fresh = [_shared._error_reason(t) for t in texts]
+    assert [error_reason(t) for t in texts] == fresh  # first sight, filling the cache
+    assert len(_shared._verdicts) == len(set(texts))
+    # Equal strings that are other objects (a proxy parses every request anew) hit too.
+    copies = [t.encode().decode() for t in texts]
+    assert [error_reason(t) for t in copies] == fresh
+    assert len(_shared._verdicts) == len(set(texts))
+    assert sum(fresh_reason is not None for fresh_reason in fresh) > 50
+
+
+def test_error_cache_is_bounded_and_keeps_recently_used_texts(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    clear_error_cache()
+    monkeypatch.setattr(_shared, "_CACHE_MAX_ENTRIES", 4)
+    monkeypatch.setattr(_shared, "_CACHE_MAX_CHARS", 1_000)
+    texts = [f"Error: number {k}" for k in range(4)]
+    for t in texts:
+        assert error_reason(t) == "error_line"
+    assert error_reason(texts[0]) == "error_line"  # now the most recently used
+    error_reason("all good")  # a fifth entry evicts the least recently used: texts[1]
+    assert list(_shared._verdicts) == [texts[2], texts[3], texts[0], "all good"]
+    assert _shared._verdicts["all good"] is None
+    # The character budget evicts as well, and a text over the whole budget is not kept.
+    error_reason("x" * 995)
+    assert list(_shared._verdicts) == ["x" * 995]
+    assert error_reason("Traceback (most recent call last)" + "y" * 1_000) == "traceback"
+    assert list(_shared._verdicts) == ["x" * 995]
+    assert _shared._cached_chars == 995
+    clear_error_cache()
+    assert _shared._verdicts == {}
+    assert _shared._cached_chars == 0
 
 
 def test_templates() -> None:
