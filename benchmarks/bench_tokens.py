@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
+import re
 import sys
 import time
 from pathlib import Path
@@ -22,6 +24,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tests.traces import load_trace, trace_names
 
 from ctxcompact import HeuristicTokenCounter, TiktokenCounter, from_openai
+from ctxcompact._tokens import _char_weight, _texts
+
+_ASCII_RUNS = re.compile(r"[\x00-\x7f]+")
+
+
+def slow_count_text(text: str, chars_per_token: float = 3.25) -> int:
+    """The first version of ``HeuristicTokenCounter.count_text`` (a loop per character)."""
+    if text.isascii():
+        return math.ceil(len(text) / chars_per_token)
+    others = _ASCII_RUNS.sub("", text)
+    weight = sum(_char_weight(ord(ch)) for ch in others)
+    return math.ceil((len(text) - len(others)) / chars_per_token + weight)
 
 
 def cookbook_tokens(messages: list[dict], encode) -> int:  # type: ignore[no-untyped-def,type-arg]
@@ -99,6 +113,21 @@ def main() -> None:
     print(
         f"speed on {len(everything)} messages: heuristic {t_heu * 1000:.1f} ms, "
         f"tiktoken {t_ref * 1000:.1f} ms, heuristic is {t_ref / t_heu:.1f}x faster"
+    )
+
+    # count_text on the non-ASCII texts (Claude Code's "→" on every line, box drawing),
+    # against the first, per-character version kept above as the baseline.
+    texts = [t for m in everything for t in _texts(m) if not t.isascii()]
+    chars = sum(map(len, texts))
+    fast = [heuristic.count_text(t) for t in texts]
+    assert fast == [slow_count_text(t) for t in texts], "the fast path changed a count"
+    repeat = 3 if args.quick else 10
+    t_slow = timed(lambda: [slow_count_text(t) for t in texts], repeat)
+    t_fast = timed(lambda: [heuristic.count_text(t) for t in texts], repeat)
+    print(
+        f"count_text on {len(texts)} non-ASCII texts ({chars:,} chars): per-character "
+        f"{t_slow * 1000:.1f} ms, now {t_fast * 1000:.1f} ms, {t_slow / t_fast:.1f}x faster"
+        " (same counts)"
     )
 
 

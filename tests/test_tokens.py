@@ -1,12 +1,21 @@
 from __future__ import annotations
 
+import math
+import re
 import subprocess
 import sys
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from ctxcompact import HeuristicTokenCounter, Message, TiktokenCounter, TokenCounter, from_openai
-from ctxcompact._tokens import IMAGE_TOKENS, PER_MESSAGE_TOKENS, counter_from_config
+from ctxcompact._tokens import (
+    IMAGE_TOKENS,
+    PER_MESSAGE_TOKENS,
+    _char_weight,
+    counter_from_config,
+)
 from ctxcompact.exceptions import ConfigError, MissingDependencyError
 from tests.gen import assistant, call, tool, user
 from tests.traces import load_trace, trace_names
@@ -88,6 +97,58 @@ def test_reasoning_content_and_name_are_counted() -> None:
     )
     named = Message(role="tool", tool_call_id="a", content="x", name="n" * 65)
     assert counter.count_message(named) >= counter.count_message(tool("a", "x")) + 20
+
+
+def test_reasoning_content_of_a_trace_is_counted() -> None:
+    raw = load_trace("claudecode__258c7280__precompact")
+    i, message = next(
+        (i, m) for i, m in enumerate(raw) if m["role"] == "assistant" and m.get("reasoning_content")
+    )
+    counter = HeuristicTokenCounter()
+    with_reasoning = counter.count_message(from_openai([message])[0])
+    without = counter.count_message(
+        from_openai([{k: v for k, v in message.items() if k != "reasoning_content"}])[0]
+    )
+    assert with_reasoning - without == counter.count_text(message["reasoning_content"]) > 0, i
+
+
+def slow_count_text(text: str, chars_per_token: float) -> int:
+    """The first, character-by-character version of ``count_text``: the reference."""
+    if text.isascii():
+        return math.ceil(len(text) / chars_per_token)
+    others = re.sub(r"[\x00-\x7f]+", "", text)
+    weight = sum(_char_weight(ord(ch)) for ch in others)
+    return math.ceil((len(text) - len(others)) / chars_per_token + weight)
+
+
+# Every code point, lone surrogates included (JSON can carry them), biased towards ASCII and
+# the scripts whose weights differ, so runs and mixtures are common.
+_CHARS = st.one_of(
+    st.characters(min_codepoint=0, max_codepoint=0x7F),
+    st.characters(min_codepoint=0x80, max_codepoint=0x3000),
+    st.characters(min_codepoint=0, max_codepoint=0x10FFFF, categories=None),
+    st.sampled_from("→─│中文é😀✓\ud800\udfff"),
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(text=st.text(_CHARS, max_size=300), cpt=st.sampled_from([3.25, 4.0, 1.0, 2.7]))
+def test_count_text_equals_the_slow_reference(text: str, cpt: float) -> None:
+    counter = HeuristicTokenCounter(chars_per_token=cpt)
+    assert counter.count_text(text) == slow_count_text(text, cpt)
+
+
+def test_count_text_equals_the_slow_reference_on_every_trace_text() -> None:
+    counter = HeuristicTokenCounter()
+    texts = 0
+    for name in trace_names():
+        for message in load_trace(name):
+            for key in ("content", "reasoning_content"):
+                text = message.get(key)
+                if isinstance(text, str) and not text.isascii():
+                    texts += 1
+                    assert counter.count_text(text) == slow_count_text(text, 3.25), name
+    assert texts > 100
 
 
 @pytest.mark.parametrize("name", sorted(SAMPLES))

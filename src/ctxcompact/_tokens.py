@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import math
-import re
 from functools import cache
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
@@ -50,7 +49,7 @@ CHARS_PER_TOKEN = 3.25
 trace (by 1.5% to 29%, 11% in total, against the OpenAI cookbook count) rather than
 undercount any. ``benchmarks/bench_tokens.py`` measures it."""
 
-_ASCII_RUNS = re.compile(r"[\x00-\x7f]+")
+_ASCII_BYTES = bytes(range(128))
 
 
 @runtime_checkable
@@ -110,6 +109,19 @@ def _char_weight(code: int) -> float:
     return 3.0  # emoji and supplementary-plane characters
 
 
+class _Weights(dict[str, float]):
+    """``character -> _char_weight``, filled on first sight (at most 65,536 characters kept)."""
+
+    def __missing__(self, ch: str) -> float:
+        weight = _char_weight(ord(ch))
+        if len(self) < 65_536:
+            self[ch] = weight
+        return weight
+
+
+_WEIGHTS = _Weights()
+
+
 class HeuristicTokenCounter:
     """A fast estimate with no tokenizer, calibrated to overcount a little, never under.
 
@@ -162,11 +174,19 @@ class HeuristicTokenCounter:
         """Tokens of a string."""
         if text.isascii():
             return math.ceil(len(text) / self.chars_per_token)
-        # Only the (usually few) non-ASCII characters are looked at one by one.
-        others = _ASCII_RUNS.sub("", text)
-        ascii_chars = len(text) - len(others)
-        weight = sum(_char_weight(ord(ch)) for ch in others)
-        return math.ceil(ascii_chars / self.chars_per_token + weight)
+        # The non-ASCII characters, at C speed: the UTF-8 encoding of a non-ASCII character
+        # has only bytes >= 0x80, so deleting the ASCII bytes leaves exactly their encodings
+        # (a regex removing the ASCII runs was 5x slower; "surrogatepass" keeps lone
+        # surrogates, which JSON can carry, as the characters they are).
+        others = (
+            text.encode("utf-8", "surrogatepass")
+            .translate(None, _ASCII_BYTES)
+            .decode("utf-8", "surrogatepass")
+        )
+        # The same float additions in the same order as summing _char_weight per character,
+        # so the result is bit-for-bit the same, with a table lookup instead of a call each.
+        weight = sum(map(_WEIGHTS.__getitem__, others))
+        return math.ceil((len(text) - len(others)) / self.chars_per_token + weight)
 
 
 @cache
