@@ -93,3 +93,24 @@ def test_pipeline_of_everything_keeps_every_invariant(history: list[Message]) ->
     snap = dump(history)
     out = run(pipeline, history)
     assert_safe(history, snap, out)
+
+
+NEVER_LONGER: list[CompactionStrategy] = [
+    ToolResultHiding(preserve_recent_n=0),
+    ToolResultHiding(preserve_recent_n=0, placeholder="[a placeholder longer than most results]"),
+    Schema1Masking(window_turns=1),
+    Schema1Masking(window_turns=1, placeholder_template="[masked {tool_name}]"),
+    Schema1Masking(window_turns=1, keep_errors=False, keep_last_k_per_tool=1),
+]
+
+
+@SETTINGS
+@given(history=histories, which=st.sampled_from(range(len(NEVER_LONGER))))
+def test_hiding_and_masking_never_lengthen_a_string_result(
+    history: list[Message], which: int
+) -> None:
+    out = run(NEVER_LONGER[which], history)
+    for before, after in zip(history, out or history, strict=True):
+        if before is not after and isinstance(before.content, str):
+            assert isinstance(after.content, str)
+            assert len(after.content) < len(before.content)
