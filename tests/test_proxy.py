@@ -14,7 +14,7 @@ import httpx
 import openai
 import pytest
 
-from ctxcompact import check_history, from_anthropic, from_openai, load_config
+from ctxcompact import Message, check_history, from_anthropic, from_openai, load_config
 from ctxcompact.proxy import create_app
 from ctxcompact.testing import FunctionStrategy
 from tests.proxy_servers import FakeUpstream, free_port, serve_in_thread
@@ -161,7 +161,7 @@ def test_schema1_transform_masks_every_request_when_enabled(
 ) -> None:
     fake, url = upstream
     extra = "[observation_masking.schema1]\nenabled = true\nwindow_turns = 1\n"
-    messages = openai_history(turns=3, output_chars=2)  # far below the trigger
+    messages = openai_history(turns=3, output_chars=30)  # far below the trigger
     with start_proxy(write_config(tmp_path, url, extra=extra)) as proxy:
         raw = openai_client(proxy).chat.completions.with_raw_response.create(
             model="m", messages=messages
@@ -363,3 +363,26 @@ def test_max_tokens_larger_than_the_window_still_forwards(
     # The reserve alone reaches the trigger, so the strategy ran; it had nothing old to hide.
     assert r.headers["x-ctxcompact"].startswith("action=unchanged")
     assert fake.received[-1].json()["messages"] == messages
+
+
+def test_output_the_format_cannot_express_fails_open(
+    upstream: tuple[FakeUpstream, str], tmp_path: Path
+) -> None:
+    # A (third-party) strategy may insert a system message mid-history: valid for the
+    # validator, inexpressible in Anthropic's format. The request must still go out unchanged.
+    fake, url = upstream
+
+    def add_note(ctx: Any) -> list[Message]:
+        return [*ctx.history[:1], Message.system("note"), *ctx.history[1:]]
+
+    messages = anthropic_history(turns=4, output_chars=300)
+    body = json.dumps({"model": "m", "max_tokens": 100, "messages": messages}).encode()
+    with start_proxy(write_config(tmp_path, url), strategy=FunctionStrategy(add_note)) as proxy:
+        r = httpx.post(
+            f"{proxy}/v1/messages", content=body, headers={"anthropic-version": "2023-06-01"}
+        )
+    assert r.status_code == 200
+    assert fake.received[-1].body == body
+    report = r.headers["x-ctxcompact"]
+    assert "action=failed" in report
+    assert "cannot be sent in this format" in report

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from .._anthropic_format import from_anthropic, to_anthropic
 from .._controller import CompactionController
+from .._events import strategy_name
 from .._openai_format import from_openai, to_openai
 
 if TYPE_CHECKING:
@@ -142,7 +143,7 @@ class Rewriter:
         encode: Callable[[Sequence[Message]], Body],
         max_tokens: int | None,
     ) -> tuple[Body | None, RewriteReport]:
-        name = type(self.strategy).__name__
+        name = strategy_name(self.strategy)
         try:
             history = decode()
         except ValueError as exc:  # FormatError: let the upstream answer the malformed request
@@ -174,24 +175,38 @@ class Rewriter:
         error = None
         if event is not None and event.status in ("failed", "rejected"):
             error = event.error or event.status
-        changed_by_strategy = compacted is not sent
-        final = compacted if changed_by_strategy else sent
-        if changed_by_strategy:
-            action = "compacted"
-        elif error is not None:
-            action = "failed"
-        elif _differs(final, history):
-            action = "transformed"
-        else:
-            action = "unchanged"
-        after = before if action == "unchanged" else self.token_counter.count(final)
-        report = RewriteReport(action, name, before, after, len(history), len(final), error)
-        if action in ("unchanged",) or (action == "failed" and not _differs(final, history)):
-            return None, report
-        return encode(final), report
+        if compacted is not sent:
+            try:
+                body = encode(compacted)
+            except ValueError as exc:
+                # A strategy may produce what the request's format cannot say (a system
+                # message mid-history has no place in Anthropic's): fail open without it.
+                error = f"{name}'s output cannot be sent in this format: {exc}"
+                logger.warning("proxy: %s", error)
+            else:
+                after = self.token_counter.count(compacted)
+                return body, RewriteReport(
+                    "compacted", name, before, after, len(history), len(compacted), error
+                )
+        transformed = _differs(sent, history)
+        if not transformed:
+            action = "failed" if error is not None else "unchanged"
+            return None, RewriteReport(
+                action, name, before, before, len(history), len(history), error
+            )
+        report = RewriteReport(
+            "failed" if error is not None else "transformed",
+            name,
+            before,
+            self.token_counter.count(sent),
+            len(history),
+            len(sent),
+            error,
+        )
+        return encode(sent), report
 
     def _skipped(self, why: str) -> RewriteReport:
-        return RewriteReport("skipped", type(self.strategy).__name__, 0, 0, 0, 0, why)
+        return RewriteReport("skipped", strategy_name(self.strategy), 0, 0, 0, 0, why)
 
 
 def _max_tokens(body: Body) -> int | None:
