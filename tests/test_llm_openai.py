@@ -234,6 +234,12 @@ async def test_an_empty_answer_cut_by_the_budget_is_a_length_completion() -> Non
             404,
         ),
         (error_body(429, "Rate limit reached", code="rate_limit_exceeded"), RateLimitError, 429),
+        # A rate limit that talks about tokens is still a rate limit, not a full window.
+        (
+            error_body(429, "Request too large: too many tokens for the context window per min"),
+            RateLimitError,
+            429,
+        ),
         (error_body(500, "oops", kind="server_error"), ServerError, 500),
         (error_body(503, "overloaded", kind="server_error"), ServerError, 503),
         (error_body(408, "request timeout"), LLMTimeoutError, 408),

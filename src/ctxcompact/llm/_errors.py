@@ -112,7 +112,9 @@ def map_sdk_error(
 
     lowered = f"{code} {message}".lower()
     said = f"(HTTP {status}{', ' + code if code else ''}): {message}"
-    if status == 413 or (400 <= status < 500 and any(m in lowered for m in _CONTEXT_MARKERS)):
+    # 429 is a rate limit whatever its wording ("too many tokens per minute" is not a window).
+    context_said = status != 429 and any(m in lowered for m in _CONTEXT_MARKERS)
+    if status == 413 or (400 <= status < 500 and context_said):
         return ContextTooLongError(f"{where}: the request is too long {said}", status_code=status)
     if status in (401, 403):
         return AuthenticationError(
