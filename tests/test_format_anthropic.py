@@ -386,6 +386,13 @@ def test_parts_with_extras_go_through() -> None:
             "JSON",
         ),
         (
+            [{"role": "assistant", "content": [_use("a", "ls -la")]}],
+            None,
+            0,
+            "content[0].input",
+            "JSON object, got str",
+        ),
+        (
             [
                 {"role": "user", "content": "a"},
                 {"role": "user", "content": [{"type": "tool_result"}]},

@@ -192,6 +192,12 @@ def _read_tool_use(block: Mapping[str, Any], index: int, k: int) -> ToolCall:
             )
     if "input" not in block:
         raise FormatError("a tool_use block needs an 'input'", index=index, field=f"{where}.input")
+    if not isinstance(block["input"], dict):
+        raise FormatError(
+            f"a tool_use input must be a JSON object, got {type(block['input']).__name__}",
+            index=index,
+            field=f"{where}.input",
+        )
     try:
         arguments = json.dumps(block["input"], ensure_ascii=False)
     except (TypeError, ValueError) as exc:
