@@ -516,6 +516,9 @@ def test_bad_params_list_accepted_params(write_module: WriteModule) -> None:
     unknown = load_error("params_mod:P", params={"keeep": 1, "name": "n"})
     assert "unknown parameter 'keeep'" in unknown
     assert "keep: int = 5" in unknown
+    # A quoted number is not a number, as in the config file itself.
+    quoted = load_error("params_mod:P", params={"keep": "7", "name": "n"})
+    assert "keep: expected int, got '7'" in quoted
     literal = load_error("params_mod:P", params={"mode": "c", "name": "n"})
     assert "mode: expected Literal['a', 'b'], got 'c'" in literal
     assert "name: missing, it is required" in load_error("params_mod:P")

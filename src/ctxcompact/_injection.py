@@ -336,7 +336,14 @@ def _validate(param: _Param, value: object) -> object:
     if adapter is None:
         return value  # a type pydantic cannot check: the constructor gets the value as is
     try:
-        return adapter.validate_python(value)
+        try:
+            return adapter.validate_python(value, strict=True)
+        except ValidationError:
+            # Lax mode only for containers (a TOML array for a tuple parameter): a string is
+            # never turned into a number or a boolean, as in the config itself.
+            if isinstance(value, str):
+                raise
+            return adapter.validate_python(value)
     except ValidationError as exc:
         details = []
         for error in exc.errors():
