@@ -6,11 +6,21 @@ import logging
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
-from ctxcompact import HeuristicTokenCounter, Message, check_history
+from ctxcompact import CompactionController, HeuristicTokenCounter, Message, check_history
 from ctxcompact.exceptions import ConfigError
 from ctxcompact.strategies import ContextGuard
-from tests.gen import assistant, call, system, tool, user
+from tests.gen import (
+    assistant,
+    call,
+    invalid_histories,
+    system,
+    tool,
+    user,
+    valid_histories,
+)
 from tests.strategy_checks import assert_safe, dump, run
 
 COUNT = HeuristicTokenCounter()
@@ -32,8 +42,10 @@ def chat(n: int, *, size: int = 200) -> list[Message]:
 
 def guard(history: list[Message], **params: Any) -> list[Message] | None:
     snap = dump(history)
-    max_context_size = params.pop("max_context_size", 200_000)
-    out = run(ContextGuard(**params), history, max_context_size=max_context_size)
+    limits = {"max_context_size": params.pop("max_context_size", 200_000)}
+    if "reserved" in params:
+        limits["reserved"] = params.pop("reserved")
+    out: list[Message] | None = run(ContextGuard(**params), history, **limits)
     assert_safe(history, snap, out)
     return out
 
@@ -66,12 +78,30 @@ def test_budget_is_window_minus_reserve() -> None:
 def test_window_comes_from_the_context_when_not_given() -> None:
     h = chat(20)
     total = COUNT.count(h)
-    assert guard(h, max_context_size=total, reserve_tokens=0) is None
-    out = guard(h, max_context_size=total // 2, reserve_tokens=0)
+    # From the context, the history must stay strictly below the controller's threshold
+    # (tokens + reserved >= max fires), hence the + 1.
+    assert guard(h, max_context_size=total + 1, reserved=0, reserve_tokens=0) is None
+    assert guard(h, max_context_size=total, reserved=0, reserve_tokens=0) is not None
+    out = guard(h, max_context_size=total // 2, reserved=0, reserve_tokens=0)
     assert out is not None
-    assert COUNT.count(out) <= total // 2
-    # The parameter wins over the context.
+    assert COUNT.count(out) < total // 2
+    # The parameter wins over the context, and the context's reserve is then ignored.
     assert guard(h, context_window=total, max_context_size=10, reserve_tokens=0) is None
+
+
+def test_context_reserve_is_a_lower_bound_when_the_window_comes_from_the_context() -> None:
+    h = chat(20)
+    total = COUNT.count(h)
+    window = total + 1000
+    # The context's reserved_context_size (1000) is larger than reserve_tokens (10): it wins.
+    out = guard(h, max_context_size=window, reserved=1000, reserve_tokens=10)
+    assert out is not None
+    assert COUNT.count(out) + 1000 < window
+    # reserve_tokens larger than the context's reserve: reserve_tokens wins.
+    out = guard(h, max_context_size=window, reserved=10, reserve_tokens=2000)
+    assert out is not None
+    assert COUNT.count(out) <= window - 2000
+    assert guard(h, max_context_size=window, reserved=10, reserve_tokens=10) is None
 
 
 def test_system_messages_always_stay_even_mid_history() -> None:
@@ -104,10 +134,58 @@ def test_single_message_over_budget_keeps_the_newest() -> None:
 
 
 def test_newest_unit_with_its_results_is_kept_whole() -> None:
-    h = [user("old " * 100), assistant(None, call("a"), call("b")), tool("a", "x" * 5000)]
-    h.append(tool("b", "y" * 5000))
+    h = [user("old " * 100), user("new"), assistant(None, call("a"), call("b"))]
+    h += [tool("a", "x" * 5000), tool("b", "y" * 5000)]
     out = guard(h, context_window=100, reserve_tokens=0, truncate_first=False)
     assert out == h[1:]
+
+
+def test_the_question_before_an_oversized_last_unit_is_never_dropped(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # The review's probe: dropping the user message left [assistant(tool_calls), tool].
+    h = [user("q"), assistant(None, call("x")), tool("x", "r" * 120_000)]
+    with caplog.at_level(logging.WARNING, logger="ctxcompact.strategies.guard"):
+        assert guard(h, context_window=1000, reserve_tokens=100, truncate_first=False) is None
+    assert "still over budget" in caplog.text
+    # With truncation, only the result is cut; the question stays.
+    out = guard(h, context_window=1000, reserve_tokens=100)
+    assert out is not None
+    assert [m.role for m in out] == ["user", "assistant", "tool"]
+    assert out[0] is h[0]
+    assert len(out[2].text) < 5000
+
+
+def test_the_last_user_message_and_everything_after_it_stay() -> None:
+    # The review's probe: the old guard kept only [system, system, assistant("final")].
+    h = [system("S"), user("a" * 3000), assistant("b" * 3000), system("mid"), user("c" * 3000)]
+    h += [assistant(None, call("x"), call("y")), tool("x", "r" * 3000), tool("y", "r" * 3000)]
+    h.append(assistant("final " * 2000))
+    out = guard(h, context_window=1500, reserve_tokens=0, truncate_first=False)
+    assert out == [h[0], h[3], *h[4:]]
+
+
+def test_kept_history_always_starts_with_a_user_message() -> None:
+    # Rounds whose tool-call unit and answer are separate units: the old guard could cut
+    # between them and start the history with an assistant message.
+    h = chat(12)
+    last_user = max(i for i, m in enumerate(h) if m.role == "user")
+    for budget in range(20, COUNT.count(h) + 40, 37):
+        out = guard(h, context_window=budget, reserve_tokens=0, truncate_first=False)
+        if out is None:
+            continue
+        first = next(m for m in out if m.role != "system")
+        assert first.role == "user", budget
+        assert out[-(len(h) - last_user) :] == h[last_user:]  # the protected tail, whole
+        # Dropping stops at the first turn boundary that fits (or at the protected tail).
+        fits = COUNT.count(out) <= budget
+        assert fits or out[1] is h[last_user]
+
+
+def test_history_without_a_user_message_keeps_its_newest_unit() -> None:
+    h = [system("s"), assistant("a" * 4000), assistant(None, call("x")), tool("x", "r" * 4000)]
+    out = guard(h, context_window=100, reserve_tokens=0, truncate_first=False)
+    assert out == [h[0], *h[2:]]
 
 
 def test_truncation_first_can_be_enough() -> None:
@@ -177,5 +255,73 @@ def test_bad_parameters(params: dict[str, Any], key: str) -> None:
 
 
 def test_window_smaller_than_reserve_at_run_time_is_a_config_error() -> None:
-    with pytest.raises(ConfigError, match="reserve_tokens"):
-        run(ContextGuard(), chat(2), max_context_size=4096)
+    with pytest.raises(ConfigError, match="reserve_tokens") as info:
+        run(ContextGuard(), chat(2), max_context_size=4096, reserved=0)
+    assert info.value.key == "reserve_tokens"
+    with pytest.raises(ConfigError) as info:
+        run(ContextGuard(reserve_tokens=0), chat(2), max_context_size=4096, reserved=4096)
+    assert info.value.key == "reserved_context_size"
+    assert "minus reserved_context_size 4096 leaves no room" in str(info.value)
+
+
+async def test_triggered_guard_brings_the_history_below_the_controllers_threshold() -> None:
+    # The review's case: the controller fires at max - reserved (default reserve 50000) while
+    # the guard's own budget was max - 8192, so a triggered guard did nothing.
+    h = chat(40, size=8_000)
+    total = COUNT.count(h)
+    max_context_size = total + 40_000  # fires: total + 50_000 >= max
+    controller = CompactionController(
+        ContextGuard(), max_context_size=max_context_size, token_counter=COUNT
+    )
+    assert controller.should_compact(h)
+    assert total <= max_context_size - 8192  # the old budget: a no-op
+    out = await controller.maybe_compact(h)
+    assert controller.last_event is not None
+    assert controller.last_event.status == "compacted"
+    assert out is not h
+    assert not controller.should_compact(out)
+    assert check_history(out) == []
+    assert out[0] is h[0]
+    assert out[1].role == "user"
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    history=st.one_of(
+        valid_histories(max_turns=4, max_steps=3),
+        invalid_histories().map(lambda pair: pair[0]),
+    ),
+    budget=st.integers(1, 400),
+    truncate=st.booleans(),
+)
+def test_property_protected_tail_and_user_first(
+    history: list[Message], budget: int, truncate: bool
+) -> None:
+    out = guard(
+        history,
+        context_window=budget,
+        reserve_tokens=0,
+        truncate_first=truncate,
+        max_tool_result_chars=10,
+        head_chars=2,
+        tail_chars=2,
+    )
+    if out is None:
+        return
+    pinned = ("system", "developer")
+    assert [m for m in out if m.role in pinned] == [m for m in history if m.role in pinned]
+    rest = [m for m in out if m.role not in pinned]
+    users = [i for i, m in enumerate(history) if m.role == "user"]
+    if users:
+        # Never dropped: the last user message and everything after it (same roles, same
+        # order; tool results may be cut copies), and the kept history opens with a user.
+        tail = [m for m in history[users[-1] :] if m.role not in pinned]
+        assert [(m.role, m.tool_call_id) for m in rest[-len(tail) :]] == [
+            (m.role, m.tool_call_id) for m in tail
+        ]
+        assert rest[-len(tail)] is history[users[-1]]
+        if len(rest) < sum(1 for m in history if m.role not in pinned):  # something dropped
+            assert rest[0].role == "user"
+    if COUNT.count(out) > budget and users and check_history(history) == []:
+        # Over budget only when nothing but the protected tail is left.
+        assert rest[0] is history[users[-1]]

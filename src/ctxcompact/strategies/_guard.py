@@ -3,7 +3,10 @@
 Seed 003 L2/L3 and seed 002 task 1: an optional first phase cuts huge tool results, then the
 oldest atomic units are dropped until the estimate fits. A unit is one message, except that an
 assistant message with tool calls and the tool messages right after it form one unit, so no
-result is ever left without its call. System (and developer) messages always stay.
+result is ever left without its call. System (and developer) messages always stay, and so does
+the protected tail: the last user message and everything after it. Drops stop only where a
+user message starts the rest, so the kept history never opens with an assistant message
+(Anthropic rejects that; strict-alternation chat templates break on it).
 """
 
 from __future__ import annotations
@@ -35,16 +38,27 @@ class ContextGuard:
 
     Nothing happens (``None``) while the estimate (``ctx.token_counter``) fits. Otherwise,
     when ``truncate_first``, tool results over ``max_tool_result_chars`` are cut to head + tail
-    first; if that is not enough, the oldest units are dropped: a user message, a plain
-    assistant message, or an assistant message with its tool results (never split). System
-    and developer messages stay where they are; the newest unit stays even if it alone is
-    over budget. What was cut and dropped is logged at WARNING on
-    ``ctxcompact.strategies.guard``. Usually a per-request transform: the stored history
-    stays whole and only the request is trimmed.
+    first; if that is not enough, the oldest whole turns are dropped: everything before a
+    user message, a tool-call assistant message always with its results. The cut is always
+    at a user message, so the kept history starts (after system messages) with a user
+    message whenever the input has one; this can drop a little more than the budget needs,
+    never less, and never leaves a result without its call. System and developer messages
+    stay where they are. The last user message and everything after it are never dropped,
+    even when they alone are over budget (only truncation can shrink them); a history
+    without a user message keeps at least its newest unit. What was cut and dropped is
+    logged at WARNING on ``ctxcompact.strategies.guard``. Usually a per-request transform:
+    the stored history stays whole and only the request is trimmed.
+
+    Used as the triggered strategy of a controller (no ``context_window``), the window is
+    the context's ``max_context_size`` and the reserve is the larger of ``reserve_tokens``
+    and the context's ``reserved_context_size`` (plus one token), so a run brings the
+    history strictly below the controller's threshold (which fires at
+    ``tokens + reserved >= max``) instead of doing nothing.
 
     Args:
         context_window: The model's window in tokens; ``None`` takes the context's
-            ``max_context_size``.
+            ``max_context_size`` (and then its ``reserved_context_size`` as a lower bound
+            for the reserve).
         reserve_tokens: Tokens kept free for the answer.
         truncate_first: Cut huge tool results before dropping anything.
         max_tool_result_chars: Longest tool result left whole by that first phase.
@@ -87,25 +101,36 @@ class ContextGuard:
             f"reserve_tokens={self.reserve_tokens}, truncate_first={self.truncate_first})"
         )
 
-    def budget(self, max_context_size: int | None) -> int:
-        """Tokens the history may use: the window (own, else ``max_context_size``) - reserve."""
-        window = self.context_window if self.context_window is not None else max_context_size
-        if window is None:
+    def budget(self, max_context_size: int | None, reserved_context_size: int = 0) -> int:
+        """Tokens the history may use.
+
+        With ``context_window`` set: ``context_window - reserve_tokens``. Otherwise the window
+        is ``max_context_size`` and the history must stay below the controller's threshold
+        too: ``max_context_size - max(reserve_tokens, reserved_context_size + 1)`` (the
+        ``+ 1`` because the threshold fires at equality).
+        """
+        if self.context_window is not None:
+            window, reserve, key = self.context_window, self.reserve_tokens, "reserve_tokens"
+        elif max_context_size is None:
             raise ConfigError("no context window: pass context_window=", key="context_window")
-        budget = window - self.reserve_tokens
+        else:
+            window, reserve, key = max_context_size, self.reserve_tokens, "reserve_tokens"
+            if reserved_context_size + 1 > reserve:
+                reserve, key = reserved_context_size + 1, "reserved_context_size"
+        budget = window - reserve
         if budget <= 0:
+            value = self.reserve_tokens if key == "reserve_tokens" else reserved_context_size
             raise ConfigError(
-                f"context window {window} minus reserve_tokens {self.reserve_tokens} leaves no "
-                "room for the history; lower reserve_tokens",
-                key="reserve_tokens",
+                f"context window {window} minus {key} {value} leaves no room for the "
+                f"history; lower {key}",
+                key=key,
             )
         return budget
 
     async def compact(self, ctx: CompactionContext) -> list[Message] | None:
         """Trim ``ctx.history`` to the budget; ``None`` when it already fits."""
-        return self.guard(
-            ctx.history, budget=self.budget(ctx.max_context_size), token_counter=ctx.token_counter
-        )
+        budget = self.budget(ctx.max_context_size, ctx.reserved_context_size)
+        return self.guard(ctx.history, budget=budget, token_counter=ctx.token_counter)
 
     def guard(
         self, history: Sequence[Message], *, budget: int, token_counter: TokenCounter
@@ -126,13 +151,17 @@ class ContextGuard:
         units = _units(work)
         dropped = 0
         dropped_tokens = 0
-        # The newest unit always stays, even when it alone is over budget.
-        while total > budget and dropped < len(units) - 1:
-            start, end = units[dropped]
-            unit_tokens = sum(tokens[k] for k in range(start, end) if work[k].role not in _PINNED)
-            total -= unit_tokens
-            dropped_tokens += unit_tokens
-            dropped += 1
+        for stop in _cut_points(work, units):
+            if total <= budget:
+                break
+            while dropped < stop:
+                start, end = units[dropped]
+                unit_tokens = sum(
+                    tokens[k] for k in range(start, end) if work[k].role not in _PINNED
+                )
+                total -= unit_tokens
+                dropped_tokens += unit_tokens
+                dropped += 1
         if dropped:
             cut = units[dropped][0]
             pinned = [m for m in work[:cut] if m.role in _PINNED]
@@ -183,6 +212,22 @@ class ContextGuard:
             tokens[i] = new
             changed = True
         return changed, total
+
+
+def _cut_points(history: Sequence[Message], units: Sequence[tuple[int, int]]) -> list[int]:
+    """Unit indices the history may be cut before, in order: drop ``units[:k]`` for each ``k``.
+
+    The protected tail starts at the unit holding the last user message (the newest unit
+    when there is none), so it is never dropped. When the history has a user message, only
+    units that start with one are cut points: the kept history then opens with a user
+    message, never with an assistant message left without its question.
+    """
+    user_starts = [k for k, (start, _) in enumerate(units) if history[start].role == "user"]
+    last_user = max((i for i, m in enumerate(history) if m.role == "user"), default=None)
+    if last_user is None:
+        return list(range(1, len(units)))
+    protected = next(k for k, (start, end) in enumerate(units) if start <= last_user < end)
+    return [k for k in user_starts if 0 < k <= protected]
 
 
 def _units(history: Sequence[Message]) -> list[tuple[int, int]]:
