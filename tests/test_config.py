@@ -12,6 +12,7 @@ import pytest
 from ctxcompact._config import (
     CompactionConfig,
     Config,
+    ContextGuardConfig,
     LLMConfig,
     Schema1Config,
     TruncationConfig,
@@ -70,6 +71,10 @@ def test_defaults_match_the_agreed_values() -> None:
     assert s.placeholder_template == SEED_PLACEHOLDER
     t = config.tool_result_truncation
     assert (t.enabled, t.max_chars, t.head_chars, t.tail_chars) == (False, 50_000, 2_000, 2_000)
+    g = config.context_guard
+    assert (g.enabled, g.reserve_tokens, g.truncate_first) == (False, 8192, True)
+    assert (g.max_tool_result_chars, g.head_chars, g.tail_chars) == (50_000, 2_000, 2_000)
+    assert type(c.reserved_context_size) is int  # the "not set" marker never leaks out
     assert (config.token_counting.method, config.token_counting.encoding) == (
         "heuristic",
         "cl100k_base",
@@ -107,7 +112,12 @@ def test_example_config_loads() -> None:
 
 class _EchoLLM:
     async def complete(
-        self, messages: object, *, system: object = None, tools: object = None, max_tokens=None
+        self,
+        messages: object,
+        *,
+        system: object = None,
+        tools: object = None,
+        max_tokens: object = None,
     ) -> Completion:
         return Completion(Message.assistant("summary"))
 
@@ -337,6 +347,51 @@ def test_bad_urls(tmp_path: Path) -> None:
     assert "http://" in str(config_error(tmp_path, '[proxy]\nopenai_base_url = "api.openai.com"\n'))
     text = '[compaction.llm]\nprovider = "openai"\nmodel = "m"\nbase_url = "localhost:8080"\n'
     assert config_error(tmp_path, text).key == "compaction.llm.base_url"
+
+
+def test_default_reserved_must_be_below_max_too(tmp_path: Path) -> None:
+    # Used to load, and only failed when the controller was built, without a file name.
+    error = config_error(tmp_path, "[compaction]\nmax_context_size = 1000\n")
+    assert error.key == "compaction.reserved_context_size"
+    assert "must be below max_context_size (1000)" in str(error)
+    assert "not set, and the default is 50000" in str(error)
+    # A value the user wrote is quoted as such, not as the default.
+    error = config_error(
+        tmp_path, "[compaction]\nmax_context_size = 1000\nreserved_context_size = 1000\n"
+    )
+    assert "got 1000" in str(error)
+    assert "the default is" not in str(error)
+    ok = load_config(write(tmp_path, "[compaction]\nmax_context_size = 50001\n"))
+    assert ok.compaction.reserved_context_size == 50_000
+    with pytest.raises(pydantic.ValidationError, match="the default is 50000"):
+        CompactionConfig(max_context_size=50_000)
+
+
+def test_context_guard_table(tmp_path: Path) -> None:
+    text = """\
+        [context_guard]
+        enabled = true
+        reserve_tokens = 1000
+        truncate_first = false
+        max_tool_result_chars = 9000
+        head_chars = 100
+        tail_chars = 200
+        """
+    g = load_config(write(tmp_path, text)).context_guard
+    assert (g.enabled, g.reserve_tokens, g.truncate_first) == (True, 1000, False)
+    assert (g.max_tool_result_chars, g.head_chars, g.tail_chars) == (9000, 100, 200)
+    error = config_error(tmp_path, "[context_guard]\nreserve_token = 1\n")
+    assert error.key == "context_guard.reserve_token"
+    assert "did you mean 'reserve_tokens'?" in str(error)
+    error = config_error(tmp_path, "[context_guard]\nreserve_tokens = -1\n")
+    assert "0 <= reserve_tokens" in str(error)
+    error = config_error(tmp_path, '[context_guard]\nenabled = "yes"\n')
+    assert error.key == "context_guard.enabled"
+    # head + tail checked even when only the maximum is written (the defaults are 2000 each).
+    error = config_error(tmp_path, "[context_guard]\nmax_tool_result_chars = 4000\n")
+    assert error.key == "context_guard.tail_chars"
+    assert "(2000 + 2000) must be below max_tool_result_chars (4000)" in str(error)
+    assert ContextGuardConfig(max_tool_result_chars=4001).tail_chars == 2000
 
 
 def test_truncation_head_and_tail_must_fit(tmp_path: Path) -> None:

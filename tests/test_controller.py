@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Sequence
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -18,7 +19,7 @@ from ctxcompact import (
     check_history,
     from_openai,
 )
-from ctxcompact._config import Config
+from ctxcompact._config import Config, load_config
 from ctxcompact.exceptions import ConfigError, StrategyLoadError
 from ctxcompact.testing import FunctionStrategy, ScriptedLLM
 from tests.gen import assistant, call, system, tool, user, valid_histories
@@ -433,6 +434,8 @@ async def test_prepare_request_without_transforms_is_a_copy() -> None:
         ({"max_context_size": 0}, "max_context_size"),
         ({"reserved_context_size": 100}, "reserved_context_size"),
         ({"trigger_ratio": 1.5}, "trigger_ratio"),
+        ({"trigger_ratio": 1.0}, "trigger_ratio"),
+        ({"trigger_ratio": 0.3}, "trigger_ratio"),
         ({"min_progress": 1.0}, "min_progress"),
         ({"max_failures": 0}, "max_failures"),
     ],
@@ -441,6 +444,27 @@ def test_bad_limits_are_config_errors(kwargs: dict[str, object], key: str) -> No
     with pytest.raises(ConfigError) as info:
         make(**kwargs)
     assert info.value.key == key
+
+
+@pytest.mark.parametrize("ratio", [0.49, 0.995, 1.0, 0.1])
+def test_trigger_ratio_range_and_wording_match_the_config(ratio: float) -> None:
+    # The controller used to accept (0, 1] while the config allows 0.5-0.99.
+    with pytest.raises(ConfigError) as direct:
+        make(trigger_ratio=ratio)
+    with pytest.raises(ConfigError) as loaded:
+        Config.from_dict({"compaction": {"trigger_ratio": ratio}})
+    assert direct.value.key == "trigger_ratio"
+    assert loaded.value.key == "compaction.trigger_ratio"
+    wording = f"{ratio!r} is out of range; allowed: 0.5 <= trigger_ratio <= 0.99"
+    assert wording in str(direct.value)
+    assert wording in str(loaded.value)
+
+
+@pytest.mark.parametrize("ratio", [0.5, 0.99])
+def test_trigger_ratio_bounds_are_accepted(ratio: float) -> None:
+    controller, _ = make(trigger_ratio=ratio)
+    assert controller.trigger_ratio == ratio
+    assert Config.from_dict({"compaction": {"trigger_ratio": ratio}}).compaction.trigger_ratio
 
 
 def config(**compaction: object) -> Config:
@@ -518,7 +542,94 @@ def test_from_config_transform_error_names_the_table() -> None:
 
 def test_from_config_bad_strategy_is_a_load_error() -> None:
     with pytest.raises(StrategyLoadError):
-        CompactionController.from_config(config(strategy="no.such.module:X", max_context_size=10))
+        CompactionController.from_config(
+            config(strategy="no.such.module:X", max_context_size=10, reserved_context_size=1)
+        )
+
+
+def test_from_config_adds_the_context_guard_last_with_the_controllers_window() -> None:
+    from ctxcompact.strategies import ContextGuard
+
+    cfg = Config.model_validate(
+        {
+            "compaction": {"max_context_size": 100_000},
+            "observation_masking": {"schema1": {"enabled": True}},
+            "tool_result_truncation": {"enabled": True},
+            "context_guard": {
+                "enabled": True,
+                "reserve_tokens": 1000,
+                "truncate_first": False,
+                "max_tool_result_chars": 9000,
+                "head_chars": 100,
+                "tail_chars": 200,
+            },
+        }
+    )
+    controller = CompactionController.from_config(cfg, strategy=keep_last(1))
+    names = [type(t).__name__ for t in controller.transforms]
+    assert names == ["ToolResultTruncation", "Schema1Masking", "ContextGuard"]
+    guard = controller.transforms[-1]
+    assert isinstance(guard, ContextGuard)
+    assert (guard.context_window, guard.reserve_tokens, guard.truncate_first) == (
+        100_000,
+        1000,
+        False,
+    )
+    trunc = guard.truncation
+    assert (trunc.max_chars, trunc.head_chars, trunc.tail_chars) == (9000, 100, 200)
+    # Overriding the window in the call moves the guard's window too.
+    other = CompactionController.from_config(cfg, strategy=keep_last(1), max_context_size=60_000)
+    assert other.transforms[-1].context_window == 60_000  # type: ignore[attr-defined]
+    # Disabled (the default): no guard.
+    off = Config.model_validate({"compaction": {"max_context_size": 100_000}})
+    assert CompactionController.from_config(off, strategy=keep_last(1)).transforms == ()
+
+
+async def test_guard_transform_trims_requests_only() -> None:
+    cfg = Config.model_validate(
+        {
+            "compaction": {"max_context_size": 3_000, "reserved_context_size": 100},
+            "context_guard": {"enabled": True, "reserve_tokens": 500},
+        }
+    )
+    counter = HeuristicTokenCounter()
+    controller = CompactionController.from_config(cfg, strategy=keep_last(1), token_counter=counter)
+    history = [system("s")]
+    for k in range(30):
+        history += [user(f"q{k} " + "x" * 400), assistant(f"a{k} " + "y" * 400)]
+    history.append(user("last"))
+    copy = list(history)
+    sent = await controller.prepare_request(history)
+    assert history == copy
+    assert len(sent) < len(history)
+    assert counter.count(sent) <= 3_000 - 500
+    assert sent[0] is history[0]
+    assert sent[1].role == "user"
+    assert sent[-1] is history[-1]
+    assert check_history(sent) == []
+
+
+def test_from_config_guard_reserve_too_big_names_the_table() -> None:
+    cfg = Config.model_validate(
+        {
+            "compaction": {"max_context_size": 8_000, "reserved_context_size": 100},
+            "context_guard": {"enabled": True},  # reserve_tokens 8192 >= 8000
+        }
+    )
+    with pytest.raises(ConfigError) as info:
+        CompactionController.from_config(cfg, strategy=keep_last(1))
+    assert info.value.key == "context_guard.reserve_tokens"
+
+
+def test_from_config_window_override_below_reserved_names_the_key(tmp_path: Path) -> None:
+    path = tmp_path / "c.toml"
+    path.write_text("[compaction]\nmax_context_size = 100000\n", encoding="utf-8")
+    cfg = load_config(path)
+    with pytest.raises(ConfigError) as info:
+        CompactionController.from_config(cfg, strategy=keep_last(1), max_context_size=40_000)
+    assert info.value.key == "compaction.reserved_context_size"
+    assert info.value.path == str(path)
+    assert "max_context_size=40000 was passed to from_config" in str(info.value)
 
 
 async def test_from_config_transforms_mask_old_results_in_requests_only() -> None:

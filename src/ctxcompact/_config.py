@@ -32,6 +32,7 @@ __all__ = [
     "AgentConfig",
     "CompactionConfig",
     "Config",
+    "ContextGuardConfig",
     "LLMConfig",
     "ObservationMaskingConfig",
     "ProxyConfig",
@@ -45,6 +46,16 @@ DEFAULT_STRATEGY = "ctxcompact.strategies:LLMSummary"
 DEFAULT_KEY_ENV = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY"}
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+DEFAULT_RESERVED = 50_000
+
+
+class _Unset(int):
+    """The default of ``reserved_context_size``: an int that remembers the key was not written,
+    so the error can say the value is the default rather than blame a line the user never
+    wrote. Validated with ``validate_default`` and turned into a plain int at once."""
+
+    __slots__ = ()
 
 
 class _Table(BaseModel):
@@ -121,7 +132,9 @@ class CompactionConfig(_Table):
 
     strategy: str = DEFAULT_STRATEGY
     max_context_size: int | None = Field(default=None, ge=1)
-    reserved_context_size: int = Field(default=50_000, ge=0)
+    reserved_context_size: int = Field(
+        default=_Unset(DEFAULT_RESERVED), ge=0, validate_default=True
+    )
     trigger_ratio: float | None = Field(default=None, ge=0.5, le=0.99)
     min_progress: float = Field(default=0.1, ge=0.0, lt=1.0)
     max_failures: int = Field(default=3, ge=1)
@@ -136,16 +149,23 @@ class CompactionConfig(_Table):
             raise ValueError(f"{problem}, such as 'hiding-then-summary'")
         return value
 
-    @_field_validator("reserved_context_size")
+    @_field_validator("reserved_context_size", mode="wrap")
     @classmethod
-    def _below_max(cls, value: int, info: Any) -> int:
+    def _below_max(cls, value: Any, handler: Any, info: Any) -> int:
+        unset = isinstance(value, _Unset)
+        checked: int = handler(int(value) if unset else value)
         maximum = info.data.get("max_context_size")
-        if maximum is not None and value >= maximum:
-            raise ValueError(
-                f"must be below max_context_size ({maximum}); got {value}, which would "
-                "compact on every call"
+        if maximum is not None and checked >= maximum:
+            got = (
+                f"it is not set, and the default is {DEFAULT_RESERVED}"
+                if unset
+                else f"got {checked}"
             )
-        return value
+            raise ValueError(
+                f"must be below max_context_size ({maximum}); {got}, which would compact on "
+                "every call; set reserved_context_size lower (or max_context_size higher)"
+            )
+        return checked
 
 
 class Schema1Config(_Table):
@@ -215,6 +235,37 @@ class TruncationConfig(_Table):
         return value
 
 
+class ContextGuardConfig(_Table):
+    """``[context_guard]``: drop the oldest turns of every request that would not fit.
+
+    The window is ``[compaction] max_context_size``; the budget is that minus
+    ``reserve_tokens``. See :class:`~ctxcompact.strategies.ContextGuard`.
+
+    Example:
+        >>> ContextGuardConfig().reserve_tokens
+        8192
+    """
+
+    enabled: bool = False
+    reserve_tokens: int = Field(default=8192, ge=0)
+    truncate_first: bool = True
+    max_tool_result_chars: int = Field(default=50_000, ge=1)
+    head_chars: int = Field(default=2_000, ge=0)
+    # validate_default: the check must also run when only max_tool_result_chars is written.
+    tail_chars: int = Field(default=2_000, ge=0, validate_default=True)
+
+    @_field_validator("tail_chars")
+    @classmethod
+    def _fits(cls, value: int, info: Any) -> int:
+        head, maximum = info.data.get("head_chars"), info.data.get("max_tool_result_chars")
+        if head is not None and maximum is not None and head + value >= maximum:
+            raise ValueError(
+                f"head_chars + tail_chars ({head} + {value}) must be below "
+                f"max_tool_result_chars ({maximum}), or a cut result would not be shorter"
+            )
+        return value
+
+
 class TokenCountingConfig(_Table):
     """``[token_counting]``: how tokens are estimated between provider usage reports.
 
@@ -273,6 +324,7 @@ class Config(_Table):
     compaction: CompactionConfig = Field(default_factory=CompactionConfig)
     observation_masking: ObservationMaskingConfig = Field(default_factory=ObservationMaskingConfig)
     tool_result_truncation: TruncationConfig = Field(default_factory=TruncationConfig)
+    context_guard: ContextGuardConfig = Field(default_factory=ContextGuardConfig)
     token_counting: TokenCountingConfig = Field(default_factory=TokenCountingConfig)
     agent: AgentConfig = Field(default_factory=AgentConfig)
     proxy: ProxyConfig = Field(default_factory=ProxyConfig)

@@ -35,6 +35,9 @@ logger = logging.getLogger("ctxcompact.controller")
 
 EventCallback = Callable[[CompactionEvent], object]
 
+# The issue's range, shared with [compaction] trigger_ratio in the config.
+TRIGGER_RATIO_RANGE = (0.5, 0.99)
+
 
 class CompactionController:
     """Decides when a history must be compacted and runs the strategy safely.
@@ -56,8 +59,8 @@ class CompactionController:
         strategy: How to rewrite the history.
         max_context_size: The model's window in tokens.
         reserved_context_size: Tokens kept free for the answer and the next tool results.
-        trigger_ratio: Also fire at this fraction of the window (``None``: only the
-            threshold rule).
+        trigger_ratio: Also fire at this fraction of the window, 0.5 to 0.99 (``None``:
+            only the threshold rule).
         token_counter: Estimates messages (default :class:`HeuristicTokenCounter`).
         llm: Passed to the strategy in the context.
         transforms: Per-request strategies applied by :meth:`prepare_request`.
@@ -102,8 +105,13 @@ class CompactionController:
                 f"{reserved_context_size}",
                 key="reserved_context_size",
             )
-        if trigger_ratio is not None and not 0 < trigger_ratio <= 1:
-            raise ConfigError(f"must be in (0, 1], got {trigger_ratio}", key="trigger_ratio")
+        low, high = TRIGGER_RATIO_RANGE
+        if trigger_ratio is not None and not low <= trigger_ratio <= high:
+            # Worded like the config's range errors (ctxcompact._config_errors).
+            raise ConfigError(
+                f"{trigger_ratio!r} is out of range; allowed: {low} <= trigger_ratio <= {high}",
+                key="trigger_ratio",
+            )
         if not 0 <= min_progress < 1:
             raise ConfigError(f"must be in [0, 1), got {min_progress}", key="min_progress")
         if max_failures < 1:
@@ -140,12 +148,14 @@ class CompactionController:
         The strategy is ``[compaction] strategy`` loaded with ``[compaction.params]`` (unless
         ``strategy`` is given), offered the LLM (``llm``, else one built from
         ``[compaction.llm]``), the token counter and the config as dependencies; transforms
-        are ``[tool_result_truncation]`` and ``[observation_masking.schema1]`` when enabled;
-        the counter follows ``[token_counting]`` unless ``token_counter`` is given.
+        are ``[tool_result_truncation]``, ``[observation_masking.schema1]`` and then
+        ``[context_guard]`` (window: the controller's ``max_context_size``), each when
+        enabled; the counter follows ``[token_counting]`` unless ``token_counter`` is given.
         ``max_context_size`` given here overrides the config's.
 
         Raises:
-            ConfigError: No ``max_context_size`` in the config nor in the call.
+            ConfigError: No ``max_context_size`` in the config nor in the call, or limits
+                that do not fit it (the error names the file and the ``compaction.`` key).
             StrategyLoadError: The strategy cannot be loaded.
         """
         from ._contract import LLM as LLMProtocol
@@ -173,18 +183,31 @@ class CompactionController:
                 offered[LLMProtocol] = llm
             offered.update(dependencies or {})
             strategy = load_strategy(comp.strategy, dependencies=offered, params=comp.params)
-        return cls(
-            strategy,
-            max_context_size=size,
-            reserved_context_size=comp.reserved_context_size,
-            trigger_ratio=comp.trigger_ratio,
-            token_counter=counter,
-            llm=llm,
-            transforms=_transforms_from_config(config),
-            on_event=on_event,
-            min_progress=comp.min_progress,
-            max_failures=comp.max_failures,
-        )
+        transforms = _transforms_from_config(config, size)
+        try:
+            return cls(
+                strategy,
+                max_context_size=size,
+                reserved_context_size=comp.reserved_context_size,
+                trigger_ratio=comp.trigger_ratio,
+                token_counter=counter,
+                llm=llm,
+                transforms=transforms,
+                on_event=on_event,
+                min_progress=comp.min_progress,
+                max_failures=comp.max_failures,
+            )
+        except ConfigError as exc:
+            # The config checks its own limits, so this comes from max_context_size= (or a
+            # config changed after loading): name the file and key all the same.
+            message = str(exc).split(": ", 1)[-1] if exc.key else str(exc)
+            if max_context_size is not None:
+                message += f" (max_context_size={max_context_size} was passed to from_config)"
+            raise ConfigError(
+                message,
+                path=str(config.path) if config.path else None,
+                key=f"compaction.{exc.key}" if exc.key else "compaction",
+            ) from exc
 
     def __repr__(self) -> str:
         return (
@@ -404,7 +427,8 @@ class CompactionController:
         return list(current)
 
 
-def _transforms_from_config(config: Config) -> list[CompactionStrategy]:
+def _transforms_from_config(config: Config, max_context_size: int) -> list[CompactionStrategy]:
+    from .strategies._guard import ContextGuard
     from .strategies._schema1 import Schema1Masking
     from .strategies._truncation import ToolResultTruncation
 
@@ -412,6 +436,7 @@ def _transforms_from_config(config: Config) -> list[CompactionStrategy]:
     where = str(config.path) if config.path else None
     truncation = config.tool_result_truncation
     schema1 = config.observation_masking.schema1
+    guard = config.context_guard
     try:
         if truncation.enabled:
             table = "tool_result_truncation"
@@ -425,6 +450,13 @@ def _transforms_from_config(config: Config) -> list[CompactionStrategy]:
         if schema1.enabled:
             table = "observation_masking.schema1"
             transforms.append(Schema1Masking(**schema1.model_dump()))
+        if guard.enabled:
+            # Last: it only drops what still does not fit after masking and truncation. The
+            # window is explicit, so only reserve_tokens is kept free (not the controller's
+            # reserved_context_size, which is about when to compact, not what fits).
+            table = "context_guard"
+            params = guard.model_dump(exclude={"enabled"})
+            transforms.append(ContextGuard(context_window=max_context_size, **params))
     except ConfigError as exc:
         # The strategy names its own parameter; say which table of the file it is in.
         message = str(exc).split(": ", 1)[-1] if exc.key else str(exc)
