@@ -190,14 +190,18 @@ api_key_env = "CTXCOMPACT_TEST_KEY"
 
 
 def test_no_model_anywhere_is_a_config_error_naming_the_table(tmp_path: Path) -> None:
-    path = write(tmp_path, "[compaction]\nmax_context_size = 10000\n")
+    path = write(tmp_path, "[compaction]\nmax_context_size = 10000\nreserved_context_size = 100\n")
     with pytest.raises(ConfigError, match=r"agent\.llm") as info:
         Agent.from_config(path)
     assert str(path) in str(info.value)
 
 
 def test_config_errors_surface_with_their_file_and_key(tmp_path: Path) -> None:
-    path = write(tmp_path, '[compaction]\nstrategy = "no-such-strategy"\nmax_context_size = 9\n')
+    path = write(
+        tmp_path,
+        '[compaction]\nstrategy = "no-such-strategy"\n'
+        "max_context_size = 9\nreserved_context_size = 1\n",
+    )
     with pytest.raises(StrategyLoadError, match="no-such-strategy"):
         Agent.from_config(path, llm=ScriptedLLM())
     missing = write(tmp_path, '[compaction]\nstrategy = "tool-result-hiding"\n')

@@ -76,9 +76,14 @@ def test_guard_keeps_every_invariant(history: list[Message], budget: int, trunca
     assert [m for m in out if m.role in ("system", "developer")] == systems
     rest = [m for m in out if m.role not in ("system", "developer")]
     if check_history(history) == [] and HeuristicTokenCounter().count(out) > budget:
-        # Still over budget only when nothing but the newest unit is left: one message, or
-        # an assistant message with its tool results.
-        assert all(m.role == "tool" for m in rest[1:])
+        # Still over budget only when nothing droppable is left: the protected tail (the last
+        # user message and everything after it), or the newest unit when there is no user.
+        if any(m.role == "user" for m in history):
+            assert rest
+            assert rest[0].role == "user"
+            assert not any(m.role == "user" for m in rest[1:])
+        else:
+            assert all(m.role == "tool" for m in rest[1:])
 
 
 @SETTINGS
