@@ -17,13 +17,14 @@ except ImportError as exc:  # pragma: no cover - exercised in a subprocess test
 
 from .._anthropic_format import from_anthropic, to_anthropic
 from .._contract import Completion, ToolSpec, Usage
-from ._errors import SdkErrors, map_sdk_error
-from ._retry import RetryCallback, RetryWatcher
+from ._base import SDKAdapter
+from ._errors import SdkErrors
 
 if TYPE_CHECKING:
     import httpx2
 
     from .._messages import Message
+    from ._retry import RetryCallback
 
 __all__ = ["DEFAULT_MAX_TOKENS", "AnthropicLLM"]
 
@@ -48,7 +49,7 @@ _STOP_REASONS = {
 SystemParam = str | list[dict[str, Any]] | None
 
 
-class AnthropicLLM:
+class AnthropicLLM(SDKAdapter[anthropic.AsyncAnthropic]):
     """A chat model behind ``anthropic.AsyncAnthropic`` (Messages).
 
     The history's leading system messages and the ``system`` argument become the request's
@@ -81,6 +82,7 @@ class AnthropicLLM:
     """
 
     provider = "anthropic"
+    sdk_errors = _SDK_ERRORS
 
     def __init__(
         self,
@@ -96,31 +98,33 @@ class AnthropicLLM:
         http_client: httpx2.AsyncClient | None = None,
         extra_body: Mapping[str, object] | None = None,
     ) -> None:
-        self.model = model
         self.max_tokens = max_tokens if max_tokens is not None else DEFAULT_MAX_TOKENS
-        self.extra_body = dict(extra_body) if extra_body else None
-        self._watcher: RetryWatcher | None = None
-        if client is not None:
-            if api_key is not None or base_url is not None or http_client is not None:
-                raise ValueError("give either client= or api_key=/base_url=/http_client=, not both")
-            if on_retry is not None:
-                raise ValueError(
-                    "on_retry cannot hook a ready client; pass http_client= (and api_key=, "
-                    "base_url=) so the adapter builds the client"
-                )
-            self._client = client
-            self._owns_client = False
-            return
-        self._watcher = RetryWatcher(
-            provider=self.provider, model=model, max_retries=max_retries, on_retry=on_retry
+        super().__init__(
+            model,
+            client=client,
+            api_key=api_key,
+            base_url=base_url,
+            timeout=timeout,
+            max_retries=max_retries,
+            on_retry=on_retry,
+            http_client=http_client,
+            extra_body=extra_body,
         )
-        self._owns_client = http_client is None
-        if http_client is None:
-            http_client = anthropic.DefaultAsyncHttpxClient(event_hooks=self._watcher.hooks())
-        else:
-            self._watcher.install(http_client)
+
+    def _default_http_client(self, event_hooks: dict[str, list[Any]]) -> httpx2.AsyncClient:
+        return anthropic.DefaultAsyncHttpxClient(event_hooks=event_hooks)
+
+    def _build_client(
+        self,
+        *,
+        api_key: str | None,
+        base_url: str | None,
+        timeout: float,
+        max_retries: int,
+        http_client: httpx2.AsyncClient,
+    ) -> anthropic.AsyncAnthropic:
         try:
-            self._client = anthropic.AsyncAnthropic(
+            return anthropic.AsyncAnthropic(
                 api_key=api_key,
                 base_url=base_url,
                 timeout=timeout,
@@ -131,27 +135,6 @@ class AnthropicLLM:
             raise AuthenticationError(
                 "anthropic: no credentials: pass api_key= or set ANTHROPIC_API_KEY"
             ) from exc
-
-    @property
-    def client(self) -> anthropic.AsyncAnthropic:
-        """The SDK client requests go through."""
-        return self._client
-
-    def __repr__(self) -> str:
-        return (
-            f"{type(self).__name__}(model={self.model!r}, base_url={str(self._client.base_url)!r})"
-        )
-
-    async def aclose(self) -> None:
-        """Close the HTTP client, if this adapter created it."""
-        if self._owns_client:
-            await self._client.close()
-
-    async def __aenter__(self) -> AnthropicLLM:
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.aclose()
 
     async def complete(
         self,
@@ -181,15 +164,7 @@ class AnthropicLLM:
         if self.extra_body:
             kwargs["extra_body"] = self.extra_body
         try:
-            if self._watcher is None:
-                response = await self._client.messages.create(**kwargs)
-            else:
-                with self._watcher.call():
-                    response = await self._client.messages.create(**kwargs)
-        except anthropic.AnthropicError as exc:
-            raise map_sdk_error(
-                exc, sdk=_SDK_ERRORS, provider=self.provider, model=self.model, secret=self._secret
-            ) from exc
+            response = await self._send(lambda: self._client.messages.create(**kwargs))
         except TypeError as exc:
             # The SDK builds without credentials and only fails here, with a TypeError.
             if "authentication" not in str(exc):
@@ -199,11 +174,6 @@ class AnthropicLLM:
                 "ANTHROPIC_API_KEY"
             ) from exc
         return self._completion(response)
-
-    @property
-    def _secret(self) -> str | None:
-        key = self._client.api_key
-        return key if isinstance(key, str) else None
 
     def _completion(self, response: object) -> Completion:
         where = f"{self.provider} model {self.model!r}"

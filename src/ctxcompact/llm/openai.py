@@ -19,13 +19,14 @@ except ImportError as exc:  # pragma: no cover - exercised in a subprocess test
 
 from .._contract import Completion, ToolSpec, Usage
 from .._openai_format import from_openai, to_openai
-from ._errors import SdkErrors, map_sdk_error
-from ._retry import RetryCallback, RetryWatcher
+from ._base import SDKAdapter
+from ._errors import SdkErrors
 
 if TYPE_CHECKING:
     import httpx2
 
     from .._messages import Message
+    from ._retry import RetryCallback
 
 __all__ = ["OpenAIChatLLM"]
 
@@ -43,7 +44,7 @@ _RESPONSE_ONLY_KEYS = frozenset({"annotations"})
 _FINISH_REASONS = {"function_call": "tool_calls"}
 
 
-class OpenAIChatLLM:
+class OpenAIChatLLM(SDKAdapter[openai.AsyncOpenAI]):
     """A chat model behind ``openai.AsyncOpenAI`` (Chat Completions).
 
     Retries are the SDK's own (``max_retries``, exponential backoff with jitter, the
@@ -77,6 +78,7 @@ class OpenAIChatLLM:
     """
 
     provider = "openai"
+    sdk_errors = _SDK_ERRORS
 
     def __init__(
         self,
@@ -93,67 +95,48 @@ class OpenAIChatLLM:
         http_client: httpx2.AsyncClient | None = None,
         extra_body: Mapping[str, object] | None = None,
     ) -> None:
-        self.model = model
         self.max_tokens = max_tokens
-        self.extra_body = dict(extra_body) if extra_body else None
-        self._watcher: RetryWatcher | None = None
-        if client is not None:
-            if api_key is not None or base_url is not None or http_client is not None:
-                raise ValueError("give either client= or api_key=/base_url=/http_client=, not both")
-            if on_retry is not None:
-                raise ValueError(
-                    "on_retry cannot hook a ready client; pass http_client= (and api_key=, "
-                    "base_url=) so the adapter builds the client"
-                )
-            self._client = client
-            self._owns_client = False
-        else:
-            self._watcher = RetryWatcher(
-                provider=self.provider, model=model, max_retries=max_retries, on_retry=on_retry
-            )
-            self._owns_client = http_client is None
-            if http_client is None:
-                http_client = openai.DefaultAsyncHttpxClient(event_hooks=self._watcher.hooks())
-            else:
-                self._watcher.install(http_client)
-            try:
-                self._client = openai.AsyncOpenAI(
-                    api_key=api_key,
-                    base_url=base_url,
-                    timeout=timeout,
-                    max_retries=max_retries,
-                    http_client=http_client,
-                )
-            except openai.OpenAIError as exc:  # the SDK refuses to build without a key
-                raise AuthenticationError(
-                    "openai: no API key: pass api_key= or set OPENAI_API_KEY "
-                    "(any non-empty value works for a local server without auth)"
-                ) from exc
+        super().__init__(
+            model,
+            client=client,
+            api_key=api_key,
+            base_url=base_url,
+            timeout=timeout,
+            max_retries=max_retries,
+            on_retry=on_retry,
+            http_client=http_client,
+            extra_body=extra_body,
+        )
         if max_tokens_field is None:
             official = self._client.base_url.host == "api.openai.com"
             max_tokens_field = "max_completion_tokens" if official else "max_tokens"
         self.max_tokens_field: MaxTokensField = max_tokens_field
 
-    @property
-    def client(self) -> openai.AsyncOpenAI:
-        """The SDK client requests go through."""
-        return self._client
+    def _default_http_client(self, event_hooks: dict[str, list[Any]]) -> httpx2.AsyncClient:
+        return openai.DefaultAsyncHttpxClient(event_hooks=event_hooks)
 
-    def __repr__(self) -> str:
-        return (
-            f"{type(self).__name__}(model={self.model!r}, base_url={str(self._client.base_url)!r})"
-        )
-
-    async def aclose(self) -> None:
-        """Close the HTTP client, if this adapter created it."""
-        if self._owns_client:
-            await self._client.close()
-
-    async def __aenter__(self) -> OpenAIChatLLM:
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.aclose()
+    def _build_client(
+        self,
+        *,
+        api_key: str | None,
+        base_url: str | None,
+        timeout: float,
+        max_retries: int,
+        http_client: httpx2.AsyncClient,
+    ) -> openai.AsyncOpenAI:
+        try:
+            return openai.AsyncOpenAI(
+                api_key=api_key,
+                base_url=base_url,
+                timeout=timeout,
+                max_retries=max_retries,
+                http_client=http_client,
+            )
+        except openai.OpenAIError as exc:  # the SDK refuses to build without a key
+            raise AuthenticationError(
+                "openai: no API key: pass api_key= or set OPENAI_API_KEY "
+                "(any non-empty value works for a local server without auth)"
+            ) from exc
 
     async def complete(
         self,
@@ -180,22 +163,8 @@ class OpenAIChatLLM:
             kwargs[self.max_tokens_field] = limit
         if self.extra_body:
             kwargs["extra_body"] = self.extra_body
-        try:
-            if self._watcher is None:
-                response = await self._client.chat.completions.create(**kwargs)
-            else:
-                with self._watcher.call():
-                    response = await self._client.chat.completions.create(**kwargs)
-        except openai.OpenAIError as exc:
-            raise map_sdk_error(
-                exc, sdk=_SDK_ERRORS, provider=self.provider, model=self.model, secret=self._secret
-            ) from exc
+        response = await self._send(lambda: self._client.chat.completions.create(**kwargs))
         return self._completion(response)
-
-    @property
-    def _secret(self) -> str | None:
-        key = self._client.api_key
-        return key if isinstance(key, str) else None
 
     def _completion(self, response: object) -> Completion:
         where = f"{self.provider} model {self.model!r}"
