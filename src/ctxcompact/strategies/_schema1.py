@@ -21,6 +21,7 @@ from .._groups import tool_groups
 from .._messages import Message, ToolCall
 from .._tokens import HeuristicTokenCounter, TokenCounter
 from ..exceptions import ConfigError
+from ._errors import looks_like_error
 from ._shared import (
     SCHEMA1_FIELDS,
     SCHEMA1_PLACEHOLDER,
@@ -32,7 +33,6 @@ from ._shared import (
     batched_boundary,
     call_names,
     check_int,
-    looks_like_error,
     placeholder_pattern,
     render_placeholder,
     rewrite_contents,

@@ -1,22 +1,26 @@
-"""Helpers every built-in strategy shares: placeholders, the error heuristic, fast copies,
-parameter checks and the cache-friendly batching of a masking boundary.
+"""Helpers every built-in strategy shares: placeholders, fast copies, parameter checks and the
+cache-friendly batching of a masking boundary.
 
-Written once here so the strategies agree on what a hidden result and an error look like.
+Written once here so the strategies agree on what a hidden result looks like. The error
+heuristic lives in :mod:`._errors`.
 """
 
 from __future__ import annotations
 
-import json
 import re
 import string
-import threading
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from functools import lru_cache
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel
 
-from .._messages import Message, TextPart
 from ..exceptions import ConfigError
+from ._errors import is_error_result  # re-exported: benchmarks/bench_replay.py imports it here
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Collection, Iterable, Sequence
+
+    from .._messages import Message
 
 __all__ = [
     "HIDDEN_PLACEHOLDER",
@@ -26,11 +30,8 @@ __all__ = [
     "batched_boundary",
     "call_names",
     "check_int",
-    "clear_error_cache",
-    "error_reason",
     "group_results",
     "is_error_result",
-    "looks_like_error",
     "old_groups_end",
     "placeholder_pattern",
     "render_placeholder",
@@ -64,7 +65,7 @@ SET_DICT = _SLOTS["__dict__"].__set__
 SET_EXTRA = _SLOTS["__pydantic_extra__"].__set__
 SET_FIELDS_SET = _SLOTS["__pydantic_fields_set__"].__set__
 SET_PRIVATE = _SLOTS["__pydantic_private__"].__set__
-_CONTENT_KEY = frozenset({"content"})
+CONTENT_KEY = frozenset({"content"})
 
 
 def with_content(message: Message, content: str) -> Message:
@@ -82,7 +83,7 @@ def with_content(message: Message, content: str) -> Message:
     # them, and pydantic copies both before updating a copy (``model_copy``).
     SET_EXTRA(new, message.__pydantic_extra__)
     fields_set = message.__pydantic_fields_set__
-    SET_FIELDS_SET(new, fields_set if "content" in fields_set else fields_set | _CONTENT_KEY)
+    SET_FIELDS_SET(new, fields_set if "content" in fields_set else fields_set | CONTENT_KEY)
     SET_PRIVATE(new, message.__pydantic_private__)
     return new
 
@@ -102,7 +103,7 @@ def rewrite_contents(history: Sequence[Message], plan: Iterable[tuple[int, str]]
         SET_FIELDS_SET,
         SET_PRIVATE,
     )
-    content_key = _CONTENT_KEY
+    content_key = CONTENT_KEY
     for i, text in plan:
         message = history[i]
         new = new_object(type(message))
@@ -115,184 +116,6 @@ def rewrite_contents(history: Sequence[Message], plan: Iterable[tuple[int, str]]
         set_private(new, message.__pydantic_private__)
         out[i] = new
     return out
-
-
-# -- the error heuristic ----------------------------------------------------------------------
-
-# Each pattern is anchored to a line start or to a marker tools really print, so prose that
-# merely mentions "error", "exception" or "timeout" does not count (seed 001 warns of this).
-# Speed matters (tool outputs run to megabytes per request): the keywords are substrings every
-# match contains, tested with a fast ``in`` first; line-start patterns are searched as
-# "newline + pattern" (a literal first character the regex engine skips ahead to) plus a
-# match at the very start, instead of trying ``^`` at every character.
-_ERROR_PATTERNS: tuple[tuple[str, tuple[str, ...], str | None, str | None], ...] = (
-    # name, keywords, line-start pattern, pattern anywhere
-    ("traceback", ("Traceback (most",), r"Traceback \(most recent call last\)", None),
-    (
-        "error_line",
-        ("Error", "ERROR", "FATAL", "fatal"),
-        r"[ \t]*(?:Error|ERROR|FATAL|fatal)\b[ \t]*:",
-        None,
-    ),
-    ("error_word", ("ERROR",), r"ERROR\b", None),
-    (
-        "exception_line",
-        ("Exception:", "Error:"),
-        r"[ \t]*(?:[A-Za-z_]\w*\.)*\w*(?:Exception|Error):",
-        None,
-    ),
-    (
-        "connection_refused",
-        ("refused", "Refused", "REFUSED", "connect_error"),
-        None,
-        r"(?i:connection refused)|ECONNREFUSED|\bconnect_error\b",
-    ),
-    ("timeout", ("timed out", "TimeoutError"), None, r"\btimed out\b|\bTimeoutError\b"),
-    (
-        "exit_code",
-        ("Exit code ", "<returncode>"),
-        r"Exit code [1-9]",
-        r"<returncode>(?:-\d+|[1-9]\d*)</returncode>",
-    ),
-    ("tool_use_error", ("<tool_use_error>",), None, r"<tool_use_error>"),
-)
-
-
-def _compile(line_start: str | None, anywhere: str | None) -> Callable[[str], object]:
-    at_start = re.compile(line_start).match if line_start else None
-    after_newline = re.compile("\n(?:" + line_start + ")").search if line_start else None
-    search = re.compile(anywhere).search if anywhere else None
-
-    def found(text: str) -> object:
-        if (
-            at_start is not None
-            and after_newline is not None
-            and (at_start(text) or after_newline(text))
-        ):
-            return True
-        return search is not None and search(text)
-
-    return found
-
-
-_ERROR_CHECKS = tuple(
-    (name, keywords, _compile(line_start, anywhere))
-    for name, keywords, line_start, anywhere in _ERROR_PATTERNS
-)
-_EMPTY: tuple[object, ...] = (None, False, "", 0, [], {})
-
-
-def _json_error(text: str) -> bool:
-    stripped = text.lstrip()
-    if not stripped.startswith(("{", "[")):
-        return False
-    try:
-        value = json.loads(stripped)
-    except ValueError:
-        return False
-    if not isinstance(value, dict):
-        return False
-    # ``"error": null`` is how many APIs say "no error", so an empty value does not count.
-    if "error" in value and value["error"] not in _EMPTY:
-        return True
-    return value.get("status") == "error"
-
-
-def _error_reason(text: str) -> str | None:
-    """:func:`error_reason` without the cache."""
-    if _json_error(text):
-        return "json_error"
-    for name, keywords, found in _ERROR_CHECKS:
-        # A plain loop, not ``any(...)``: most texts are short and a generator per pattern
-        # cost more than the substring tests themselves.
-        for keyword in keywords:
-            if keyword in text:
-                if found(text):
-                    return name
-                break
-    return None
-
-
-# The verdict of a text never changes (strings are immutable), and a per-request transform
-# sees the same tool results again at every call: without this cache, replaying one Claude
-# Code trace spent 6.3 s of 7.7 s re-running the patterns. Keyed by the string itself, not by
-# message identity, so it also hits when a proxy rebuilds equal messages from every request's
-# JSON; the lookup hashes a string once (CPython caches str hashes) and compares equal strings
-# with memcmp. Bounded in entries and in characters, least recently used out first, because it
-# keeps its keys alive after their conversation is gone.
-_CACHE_MAX_ENTRIES = 16_384
-_CACHE_MAX_CHARS = 32_000_000
-_verdicts: dict[str, str | None] = {}
-_cached_chars = 0
-_cache_lock = threading.Lock()
-_MISS = ""  # never a verdict: every reason name is non-empty
-
-
-def error_reason(text: str) -> str | None:
-    """The name of the first error pattern ``text`` matches, or ``None``.
-
-    Names: ``json_error`` (a JSON object with a non-empty ``error`` or ``"status": "error"``),
-    ``traceback``, ``error_line``, ``error_word``, ``exception_line``, ``connection_refused``,
-    ``timeout``, ``exit_code``, ``tool_use_error``. Verdicts are cached by text (a bounded,
-    least-recently-used cache of at most 16,384 texts and 32 million characters), so asking
-    again about a text already seen costs a dictionary lookup.
-
-    Example:
-        >>> error_reason("Traceback (most recent call last):\\n  ...")
-        'traceback'
-        >>> error_reason("The call raises an exception when the timeout is reached.") is None
-        True
-    """
-    global _cached_chars
-    with _cache_lock:
-        verdict = _verdicts.pop(text, _MISS)
-        if verdict != _MISS:
-            _verdicts[text] = verdict  # back at the most recent end
-            return verdict
-    verdict = _error_reason(text)
-    size = len(text)
-    if size > _CACHE_MAX_CHARS:
-        return verdict
-    with _cache_lock:
-        if text not in _verdicts:
-            _verdicts[text] = verdict
-            _cached_chars += size
-            while len(_verdicts) > _CACHE_MAX_ENTRIES or _cached_chars > _CACHE_MAX_CHARS:
-                oldest = next(iter(_verdicts))
-                del _verdicts[oldest]
-                _cached_chars -= len(oldest)
-    return verdict
-
-
-def clear_error_cache() -> None:
-    """Forget every cached :func:`error_reason` verdict (benchmarks measure the first sight)."""
-    global _cached_chars
-    with _cache_lock:
-        _verdicts.clear()
-        _cached_chars = 0
-
-
-def looks_like_error(content: object) -> bool:
-    """Whether tool-result ``content`` looks like an error (seed 001 §6, without false alarms).
-
-    Strings are checked directly; list content (raw dicts or parts) by its text parts.
-    """
-    if isinstance(content, str):
-        return error_reason(content) is not None
-    if isinstance(content, (list, tuple)):
-        texts = []
-        for part in content:
-            if isinstance(part, TextPart):
-                texts.append(part.text)
-            elif isinstance(part, Mapping) and isinstance(part.get("text"), str):
-                texts.append(part["text"])
-        return any(error_reason(t) is not None for t in texts)
-    return False
-
-
-def is_error_result(message: Message) -> bool:
-    """A tool result flagged as an error by its provider, or looking like one."""
-    return message.is_error or looks_like_error(message.content)
 
 
 # -- placeholders -----------------------------------------------------------------------------

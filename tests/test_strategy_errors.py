@@ -1,0 +1,354 @@
+"""The error heuristic behind ``keep_errors``: what counts, what must not (prose and source
+code), its agreement with the traces' meta files, its two-stage check and its cache."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ctxcompact import TextPart
+from ctxcompact.strategies import _errors
+from ctxcompact.strategies._errors import (
+    clear_error_cache,
+    error_reason,
+    is_error_result,
+    looks_like_error,
+)
+from tests.gen import tool
+from tests.traces import load_meta, load_trace, trace_names
+
+PYTEST_FAILED = """\
+============================= test session starts ==============================
+collected 2 items
+
+tests/test_a.py F.                                                       [100%]
+
+=================================== FAILURES ===================================
+____________________________________ test_a ____________________________________
+
+    def test_a():
+>       assert 1 == 2
+E       assert 1 == 2
+
+tests/test_a.py:2: AssertionError
+=========================== short test summary info ============================
+FAILED tests/test_a.py::test_a - assert 1 == 2
+========================= 1 failed, 1 passed in 0.01s ==========================
+"""
+
+PYTEST_FAILED_QUIET = "F.\nE   AssertionError: boom\n1 failed, 1 passed in 0.01s\n"
+
+PYTEST_PASSED = """\
+============================= test session starts ==============================
+collected 2 items
+
+tests/test_a.py ..                                                       [100%]
+
+============================== 2 passed in 0.01s ===============================
+"""
+
+PYTHON_SOURCE = '''\
+import socket
+
+
+class FooError(Exception):
+    """Raised when foo fails."""
+
+
+def fetch(url, timeout=30):
+    """Fetch ``url``.
+
+    Raises:
+        ValueError: if ``url`` is empty.
+        TimeoutError: if the server is slow.
+        KeyError: never, in fact.
+    """
+    if not url:
+        raise ValueError("x")
+    try:
+        return socket.create_connection((url, 80), timeout=timeout)
+    except TimeoutError:
+        raise FooError("timed-out fetch") from None
+    except (ConnectionError, socket.timeout) as exc:
+        print("error:", exc)
+        raise
+
+try:
+    fetch("")
+except TimeoutError:
+    pass
+'''
+
+
+def claude_code_read(source: str) -> str:
+    """``source`` as Claude Code's Read tool shows it: ``N→`` before every line."""
+    return "\n".join(f"{n:>6}→{line}" for n, line in enumerate(source.splitlines(), 1))
+
+
+@pytest.mark.parametrize(
+    ("text", "reason"),
+    [
+        ("Traceback (most recent call last):\n  File 'a.py'\nKeyError: 'x'", "traceback"),
+        ("Error: not enough seats", "error_line"),
+        ("fatal: not a git repository", "error_line"),
+        ("  Error: indented, as some tools print it", "error_line"),
+        ("   Compiling foo v0.1.0\nerror: could not compile `foo` due to 1 error", "error_line"),
+        ("error[E0425]: cannot find value `x` in this scope\n --> src/main.rs:2:5", "error_line"),
+        ("ERROR tests/test_x.py - ImportError", "error_word"),
+        ("collected 3 items\nValueError: bad value", "exception_line"),
+        ("java.lang.IllegalStateException: closed", "exception_line"),
+        ("Exception: boom", "exception_line"),
+        (
+            'Exception in thread "main" java.lang.NullPointerException\n\tat A.main',
+            "exception_line",
+        ),
+        ("Uncaught TypeError: x is not a function", "exception_line"),
+        ("src/a.c:3:5: error: expected ';' before '}' token", "compiler_error"),
+        ("foo.py:3: error: Incompatible types in assignment  [assignment]", "compiler_error"),
+        ("mypy: error: Cannot find implementation or library stub", "compiler_error"),
+        ("gcc: fatal error: no input files\ncompilation terminated.", "compiler_error"),
+        ("src/a.ts(3,5): error TS2304: Cannot find name 'x'.", "compiler_error"),
+        (PYTEST_FAILED, "test_failure"),
+        (PYTEST_FAILED_QUIET, "test_failure"),
+        ("=== RUN   TestX\n--- FAIL: TestX (0.00s)\n    x_test.go:9: got 1\nFAIL", "test_failure"),
+        ("panic: runtime error: index out of range [5]\n\ngoroutine 1 [running]:", "crash"),
+        ("thread 'main' panicked at src/main.rs:2:5:\nattempt to divide by zero", "crash"),
+        ("Segmentation fault (core dumped)", "crash"),
+        ("running ./a.out\nSegmentation fault", "crash"),
+        ("Aborted (core dumped)", "crash"),
+        ("npm ERR! code E404\nnpm ERR! 404 Not Found", "tool_error"),
+        ("npm error code ENOENT", "tool_error"),
+        ("curl: (6) Could not resolve host: example.invalid", "tool_error"),
+        ("cc -o a a.c\nmake: *** [Makefile:3: all] Error 1", "tool_error"),
+        ("bash: foo: command not found", "command_not_found"),
+        ("bash: line 1: foo: command not found", "command_not_found"),
+        ("/bin/sh: 1: foo: not found", "command_not_found"),
+        ("zsh: command not found: foo", "command_not_found"),
+        ("504 Gateway Timeout", "http_error"),
+        ("HTTP/1.1 504 Gateway Time-out\r\nServer: nginx", "http_error"),
+        ("HTTP/2 503 \r\ncontent-type: text/html", "http_error"),
+        ("<html>\r\n<head><title>502 Bad Gateway</title></head>", "http_error"),
+        ("curl: (7) Connection refused", "tool_error"),
+        ("dial tcp 127.0.0.1:8080: connect: connection refused", "connection_refused"),
+        ("httpx.ConnectError connect_error", "connection_refused"),
+        ("The last command <command>sleep 99</command> timed out and has been killed.", "timeout"),
+        (
+            "requests.exceptions.ReadTimeout: HTTPSConnectionPool(host='api', port=443)",
+            "timeout",
+        ),
+        ("socket.timeout: the read operation", "timeout"),
+        ("waiting for the server\nTimeoutError", "timeout"),
+        ("Exit code 128\nno upstream branch", "exit_code"),
+        ("<returncode>2</returncode>\n<output></output>", "exit_code"),
+        ("<returncode>-9</returncode>", "exit_code"),
+        ("<tool_use_error>File has not been read yet</tool_use_error>", "tool_use_error"),
+        (json.dumps({"error": "not found", "code": 404}), "json_error"),
+        (json.dumps({"status": "error", "message": "x"}), "json_error"),
+        ('  {"error": {"type": "invalid_request"}}', "json_error"),
+    ],
+)
+def test_error_patterns(text: str, reason: str) -> None:
+    assert error_reason(text) == reason
+    assert looks_like_error(text)
+    if reason != "json_error":  # JSON is tested before the patterns, not among them
+        assert _errors._first_match(text) == reason
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "This function raises an exception when the timeout is reached.",
+        "Error handling is described in docs/errors.md",
+        "set the timeout to 30s",
+        "errors are handled by the retry layer",
+        "see the exception docs",
+        "Timeout: 30 seconds\nRetries: 3",
+        "    raise ValueError('bad')",
+        "raise TimeoutError",
+        "except TimeoutError:",
+        "    except TimeoutError:\n        pass",
+        "src/app.py:12:        except KeyError:",
+        "   12→class ParseError(Exception):",
+        PYTHON_SOURCE,
+        claude_code_read(PYTHON_SOURCE),
+        "    error: str | None = None\n    warning: str | None = None",
+        "warning: unused variable `x`\n --> src/main.rs:2:9",
+        PYTEST_PASSED,
+        "E   a line that looks like an assertion, with no failure summary",
+        "504 Gateway Timeout errors mean the upstream server was too slow.",
+        "HTTP/1.1 200 OK\r\nContent-Type: text/html\r\n\r\n<title>Home</title>",
+        "Segmentation faults are rare in Python.",
+        "The segmentation fault was fixed in 2.1; panic: is Go's prefix.",
+        "command not found errors mean PATH is wrong",
+        "npm install finished; curl is installed",
+        "<returncode>0</returncode>\n<output>ok</output>",
+        "Exit code 0",
+        json.dumps({"error": None, "result": [1, 2]}),
+        json.dumps({"status": "ok", "errors": []}),
+        json.dumps([{"error": "inside a list is data, not a failure"}]),
+        "{not json but starts with a brace: error}",
+        "set a timeout of 30 s; the connection was fine",
+        "",
+    ],
+)
+def test_prose_code_and_success_are_not_errors(text: str) -> None:
+    assert error_reason(text) is None
+    assert not looks_like_error(text)
+    assert _errors._first_match(text) is None
+
+
+# Fragments of real errors and of harmless text, glued in any order by the property below.
+_FRAGMENTS = [
+    "Traceback (most recent call last):",
+    "Error: x",
+    "    Error: x",
+    "FATAL: x",
+    "fatal error: x",
+    "error[E1]: x",
+    "ERROR x",
+    "a.b.CError: x",
+    'Exception in thread "t" X',
+    "a.c:1:2: error: x",
+    "E   assert 0",
+    "--- FAIL: TestX",
+    "FAILED t.py::t",
+    "== 1 failed in 1s ==",
+    "panic: x",
+    "thread 'm' panicked at x",
+    "Segmentation fault",
+    "Aborted (core dumped)",
+    "npm ERR! x",
+    "curl: (7) x",
+    "make: *** [a] Error 2",
+    "sh: foo: command not found",
+    "zsh: command not found: x",
+    "504 Gateway Timeout",
+    "HTTP/1.1 500 x",
+    "<title>500 x</title>",
+    "Connection refused",
+    "x.ReadTimeout: y",
+    "TimeoutError",
+    "timed out",
+    "Exit code 1",
+    "<returncode>1</returncode>",
+    "<tool_use_error>",
+    "set the timeout",
+    "    raise ValueError('x')",
+    "except TimeoutError:",
+    "     3→Error: x",
+    "ok",
+    "",
+]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    parts=st.lists(st.sampled_from(_FRAGMENTS), max_size=5),
+    glue=st.lists(st.sampled_from(["\n", " ", "\t", "\r\n", "x"]), min_size=5, max_size=5),
+)
+def test_prefilter_never_hides_a_match(parts: list[str], glue: list[str]) -> None:
+    """The fast first stage lets through every text that some pattern matches."""
+    text = "".join(part + sep for part, sep in zip(parts, glue, strict=False))
+    assert _errors._error_reason(text) == _errors._first_match(text)
+
+
+def test_list_content_is_checked_by_its_text_parts() -> None:
+    assert looks_like_error([{"type": "text", "text": "Error: nope"}])
+    assert looks_like_error(
+        (TextPart(text="x"), TextPart(text="Traceback (most recent call last)"))
+    )
+    assert not looks_like_error([{"type": "image_url", "image_url": {"url": "Error: x"}}])
+    assert not looks_like_error(None)
+
+
+def test_provider_flag_counts() -> None:
+    assert is_error_result(tool("a", "all good", is_error=True))
+    assert not is_error_result(tool("a", "all good"))
+
+
+def test_heuristic_agrees_with_the_traces_meta_files() -> None:
+    """Every tool result of every public trace, against the meta files' classification.
+
+    The meta's reasons other than ``native_is_error`` come from the text (exit codes,
+    tracebacks, ``Error:``, timeouts); ``native_is_error`` is Anthropic's flag, which the
+    OpenAI-format traces do not carry, so those are counted apart.
+    """
+    agree = text_errors = predicted = native_only = total = 0
+    for name in trace_names():
+        messages = load_trace(name)
+        flagged = {int(k): v for k, v in load_meta(name)["stats"]["error_tool_msg_indices"].items()}
+        truth = {
+            i for i, reasons in flagged.items() if any(r != "native_is_error" for r in reasons)
+        }
+        native_only += len(flagged) - len(truth)
+        for i, message in enumerate(messages):
+            if message["role"] != "tool":
+                continue
+            total += 1
+            guess = looks_like_error(message["content"])
+            predicted += guess
+            text_errors += i in truth
+            agree += guess == (i in truth)
+            # Both stages agree on real data too.
+            if isinstance(message["content"], str):
+                content = message["content"]
+                assert _errors._error_reason(content) == _errors._first_match(content)
+    print(
+        f"\nerror heuristic vs meta: {agree}/{total} tool results agree; "
+        f"{text_errors} text-classified errors, {predicted} predicted; "
+        f"{native_only} flagged only by Anthropic is_error (not in the OpenAI text)"
+    )
+    assert text_errors > 50
+    assert agree / total >= 0.99
+
+
+def test_cached_verdicts_equal_fresh_ones_on_every_trace_result() -> None:
+    texts = [
+        m["content"]
+        for name in trace_names()
+        for m in load_trace(name)
+        if m["role"] == "tool" and isinstance(m["content"], str)
+    ]
+    clear_error_cache()
+    fresh = [_errors._error_reason(t) for t in texts]
+    assert [error_reason(t) for t in texts] == fresh  # first sight, filling the cache
+    assert len(_errors._verdicts) == len(set(texts))
+    # Equal strings that are other objects (a proxy parses every request anew) hit too.
+    copies = [t.encode().decode() for t in texts]
+    assert [error_reason(t) for t in copies] == fresh
+    assert len(_errors._verdicts) == len(set(texts))
+    assert sum(fresh_reason is not None for fresh_reason in fresh) > 50
+
+
+def test_error_cache_is_bounded_and_keeps_recently_used_texts(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    clear_error_cache()
+    monkeypatch.setattr(_errors, "_CACHE_MAX_ENTRIES", 4)
+    monkeypatch.setattr(_errors, "_CACHE_MAX_CHARS", 1_000)
+    texts = [f"Error: number {k}" for k in range(4)]
+    for t in texts:
+        assert error_reason(t) == "error_line"
+    assert error_reason(texts[0]) == "error_line"  # now the most recently used
+    error_reason("all good")  # a fifth entry evicts the least recently used: texts[1]
+    assert list(_errors._verdicts) == [texts[2], texts[3], texts[0], "all good"]
+    assert _errors._verdicts["all good"] is None
+    # The character budget evicts as well, and a text over the whole budget is not kept.
+    error_reason("x" * 995)
+    assert list(_errors._verdicts) == ["x" * 995]
+    assert error_reason("Traceback (most recent call last)" + "y" * 1_000) == "traceback"
+    assert list(_errors._verdicts) == ["x" * 995]
+    assert _errors._cached_chars == 995
+    clear_error_cache()
+    assert _errors._verdicts == {}
+    assert _errors._cached_chars == 0
+
+
+def test_shared_still_exports_is_error_result() -> None:
+    """``benchmarks/bench_replay.py`` imports it from ``_shared``, its old home."""
+    from ctxcompact.strategies import _shared
+
+    assert _shared.is_error_result is is_error_result
