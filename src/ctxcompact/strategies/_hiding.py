@@ -9,6 +9,7 @@ from .._messages import Message, TextPart
 from .._tokens import HeuristicTokenCounter, TokenCounter
 from ..exceptions import ConfigError
 from ._shared import (
+    CONTENT_KEY,
     HIDDEN_PLACEHOLDER,
     SET_DICT,
     SET_EXTRA,
@@ -22,7 +23,7 @@ from ._shared import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Container, Sequence
 
     from .._contract import CompactionContext
 
@@ -146,6 +147,9 @@ def _hide_before(history: Sequence[Message], stop: int, placeholder: str) -> lis
     :func:`~._shared.rewrite_contents`, written as one loop because hiding must cost little
     more than copying the list (``benchmarks/bench_strategies.py``): the group scan of
     :func:`~._shared.group_results`, the already-hidden test and the copy, all inline.
+    Fields are read from each message's ``__dict__`` (one attribute lookup, then dictionary
+    lookups), a tool message is recognised by its ``tool_call_id`` before its role is compared,
+    and a single call's id is compared directly instead of through a one-element tuple.
     """
     out: list[Message] | None = None
     new_object = object.__new__
@@ -155,16 +159,19 @@ def _hide_before(history: Sequence[Message], stop: int, placeholder: str) -> lis
         SET_FIELDS_SET,
         SET_PRIVATE,
     )
-    ids: object = ()
+    content_key = CONTENT_KEY
+    str_, tuple_ = str, tuple
+    one: str | None = None  # the id of the current group's call, when it has only one
+    many: Container[str] = ()  # the ids of the current group's calls, when parallel
     short = len(placeholder)  # a result this short (or the placeholder itself) stays as it is
     for i, message in zip(range(stop), history, strict=False):
-        role = message.role
-        if role == "tool":
-            if message.tool_call_id not in ids:  # type: ignore[operator]
-                continue
-            content = message.content
-            if (type(content) is str and len(content) <= short) or (
-                type(content) is tuple
+        fields = message.__dict__
+        call_id = fields["tool_call_id"]
+        if call_id is not None and (call_id == one or call_id in many) and fields["role"] == "tool":
+            content = fields["content"]
+            kind = type(content)
+            if (kind is str_ and len(content) <= short) or (
+                kind is tuple_
                 and len(content) == 1
                 and isinstance(content[0], TextPart)
                 and content[0].text == placeholder
@@ -173,17 +180,24 @@ def _hide_before(history: Sequence[Message], stop: int, placeholder: str) -> lis
             if out is None:
                 out = list(history)
             new = new_object(type(message))
-            fields = message.__dict__.copy()
-            fields["content"] = placeholder
-            set_dict(new, fields)
+            copied = fields.copy()
+            copied["content"] = placeholder
+            set_dict(new, copied)
             set_extra(new, message.__pydantic_extra__)  # shared: see with_content
             fields_set = message.__pydantic_fields_set__
-            set_fields_set(new, fields_set if "content" in fields_set else fields_set | {"content"})
+            set_fields_set(new, fields_set if "content" in fields_set else fields_set | content_key)
             set_private(new, message.__pydantic_private__)
             out[i] = new
-        elif role == "assistant" and message.tool_calls:
-            calls = message.tool_calls
-            ids = (calls[0].id,) if len(calls) == 1 else {c.id for c in calls}
+            continue
+        role = fields["role"]
+        if role == "tool":
+            continue  # a result of another group, or without an id: the group goes on
+        calls = fields["tool_calls"]
+        if calls and role == "assistant":
+            if len(calls) == 1:
+                one, many = calls[0].id, ()
+            else:
+                one, many = None, {c.id for c in calls}
         else:
-            ids = ()
+            one, many = None, ()
     return out
