@@ -122,7 +122,28 @@ class _Weights(dict[str, float]):
 _WEIGHTS = _Weights()
 
 
-class HeuristicTokenCounter:
+class _PartCounter:
+    """Counts a message as its overhead, its images and its texts; subclasses count text."""
+
+    per_message: int
+    image_tokens: int
+
+    def count(self, messages: Iterable[Message]) -> int:
+        """Tokens of all ``messages``."""
+        return sum(self.count_message(m) for m in messages)
+
+    def count_message(self, message: Message) -> int:
+        """Tokens of one message, overhead included."""
+        total = self.per_message + self.image_tokens * _images(message)
+        for text in _texts(message):
+            total += self.count_text(text)
+        return total
+
+    def count_text(self, text: str) -> int:
+        raise NotImplementedError
+
+
+class HeuristicTokenCounter(_PartCounter):
     """A fast estimate with no tokenizer, calibrated to overcount a little, never under.
 
     ASCII text costs ``len / chars_per_token``; other characters cost a per-script weight
@@ -158,17 +179,6 @@ class HeuristicTokenCounter:
             f"HeuristicTokenCounter(chars_per_token={self.chars_per_token}, "
             f"per_message={self.per_message}, image_tokens={self.image_tokens})"
         )
-
-    def count(self, messages: Iterable[Message]) -> int:
-        """Tokens of all ``messages``."""
-        return sum(self.count_message(m) for m in messages)
-
-    def count_message(self, message: Message) -> int:
-        """Tokens of one message, overhead included."""
-        total = self.per_message + self.image_tokens * _images(message)
-        for text in _texts(message):
-            total += self.count_text(text)
-        return total
 
     def count_text(self, text: str) -> int:
         """Tokens of a string."""
@@ -215,7 +225,7 @@ def _encoding(name: str) -> object:
         ) from exc
 
 
-class TiktokenCounter:
+class TiktokenCounter(_PartCounter):
     """Exact text token counts with a tiktoken encoding, offline.
 
     Counts the same pieces as :class:`HeuristicTokenCounter` (overhead, images at
@@ -255,17 +265,6 @@ class TiktokenCounter:
 
     def __repr__(self) -> str:
         return f"TiktokenCounter({self.encoding!r})"
-
-    def count(self, messages: Iterable[Message]) -> int:
-        """Tokens of all ``messages``."""
-        return sum(self.count_message(m) for m in messages)
-
-    def count_message(self, message: Message) -> int:
-        """Tokens of one message, overhead included."""
-        total = self.per_message + self.image_tokens * _images(message)
-        for text in _texts(message):
-            total += self.count_text(text)
-        return total
 
     def count_text(self, text: str) -> int:
         """Tokens of a string (special-token text such as ``<|endoftext|>`` is plain text)."""
