@@ -519,6 +519,9 @@ def test_bad_params_list_accepted_params(write_module: WriteModule) -> None:
     # A quoted number is not a number, as in the config file itself.
     quoted = load_error("params_mod:P", params={"keep": "7", "name": "n"})
     assert "keep: expected int, got '7'" in quoted
+    assert "keep: expected int, got 5.0" in load_error(
+        "params_mod:P", params={"keep": 5.0, "name": "n"}
+    )
     literal = load_error("params_mod:P", params={"mode": "c", "name": "n"})
     assert "mode: expected Literal['a', 'b'], got 'c'" in literal
     assert "name: missing, it is required" in load_error("params_mod:P")
@@ -662,3 +665,39 @@ def test_list_strategies_includes_every_builtin() -> None:
         "context-guard",
         "pipeline",
     } <= names
+
+
+def test_params_coerce_strings_to_paths_and_enums_but_never_scalars_to_scalars(
+    write_module: WriteModule,
+) -> None:
+    write_module(
+        "coerce_mod",
+        """
+        from __future__ import annotations
+        import enum
+        from pathlib import Path
+
+        class Mode(str, enum.Enum):
+            FAST = "fast"
+            SLOW = "slow"
+
+        class C:
+            def __init__(self, *, path: Path = Path("."), mode: Mode = Mode.FAST,
+                         flag: bool = True, names: tuple[str, ...] = (), ratio: float = 0.5
+                         ) -> None:
+                self.path, self.mode, self.flag, self.names, self.ratio = (
+                    path, mode, flag, names, ratio
+                )
+        """
+        + _BODY,
+    )
+    strategy = load_strategy(
+        "coerce_mod:C",
+        params={"path": "/tmp/x", "mode": "slow", "names": ["a", "b"], "ratio": 1},
+    )
+    assert str(strategy.path) == "/tmp/x"  # type: ignore[attr-defined]
+    assert strategy.mode.value == "slow"  # type: ignore[attr-defined]
+    assert strategy.names == ("a", "b")  # type: ignore[attr-defined]
+    assert strategy.ratio == 1.0  # type: ignore[attr-defined]
+    assert "flag: expected bool, got 0" in load_error("coerce_mod:C", params={"flag": 0})
+    assert "flag: expected bool, got 'yes'" in load_error("coerce_mod:C", params={"flag": "yes"})

@@ -25,6 +25,7 @@ import collections.abc
 import inspect
 import typing
 from dataclasses import dataclass
+from decimal import Decimal
 from types import SimpleNamespace, UnionType
 from typing import TYPE_CHECKING, Any, Protocol, Union, cast
 
@@ -338,12 +339,14 @@ def _validate(param: _Param, value: object) -> object:
     try:
         try:
             return adapter.validate_python(value, strict=True)
-        except ValidationError:
-            # Lax mode only for containers (a TOML array for a tuple parameter): a string is
-            # never turned into a number or a boolean, as in the config itself.
-            if isinstance(value, str):
-                raise
-            return adapter.validate_python(value)
+        except ValidationError as strict_error:
+            # Lax mode turns a TOML array into a tuple and a string into a Path or an Enum,
+            # but a scalar is never silently turned into another kind of scalar ("7" -> 7,
+            # 0 -> False, 5.0 -> 5), as in the config file itself.
+            result = adapter.validate_python(value)
+            if _changed_kind(value, result):
+                raise strict_error from None
+            return result
     except ValidationError as exc:
         details = []
         for error in exc.errors():
@@ -354,6 +357,16 @@ def _validate(param: _Param, value: object) -> object:
         ) from None
     except TypeError:
         return value  # e.g. isinstance() against a Protocol that is not runtime_checkable
+
+
+def _changed_kind(value: object, result: object) -> bool:
+    if isinstance(result, bool):
+        return not isinstance(value, bool)
+    if isinstance(result, (int, float, Decimal)):
+        return isinstance(value, (str, bool)) or (
+            isinstance(result, int) and isinstance(value, float)
+        )
+    return False
 
 
 def _adapter(hint: object) -> TypeAdapter[Any] | None:
