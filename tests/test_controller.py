@@ -521,8 +521,9 @@ def test_from_config_injects_llm_and_builds_transforms_and_counter() -> None:
     assert controller.llm is llm
     assert getattr(controller.strategy, "llm", None) is llm
     names = [type(t).__name__ for t in controller.transforms]
-    assert names == ["ToolResultTruncation", "Schema1Masking"]
-    assert controller.transforms[0].max_chars == 10_000  # type: ignore[attr-defined]
+    # Masking first, so a placeholder's chars= is the original size, not a truncated one.
+    assert names == ["Schema1Masking", "ToolResultTruncation"]
+    assert controller.transforms[1].max_chars == 10_000  # type: ignore[attr-defined]
     assert isinstance(controller.token_counter, TiktokenCounter)
     assert controller.on_event == events.append
 
@@ -567,7 +568,7 @@ def test_from_config_adds_the_context_guard_last_with_the_controllers_window() -
     )
     controller = CompactionController.from_config(cfg, strategy=keep_last(1))
     names = [type(t).__name__ for t in controller.transforms]
-    assert names == ["ToolResultTruncation", "Schema1Masking", "ContextGuard"]
+    assert names == ["Schema1Masking", "ToolResultTruncation", "ContextGuard"]
     guard = controller.transforms[-1]
     assert isinstance(guard, ContextGuard)
     assert (guard.context_window, guard.reserve_tokens, guard.truncate_first) == (
@@ -726,3 +727,29 @@ def test_running_count_matches_a_full_recount(history: list[Message], ops: list[
         if usage is not None:
             expected = usage[0] + counter.count(current[usage[1] :])
         assert controller.token_count(current) == expected
+
+
+async def test_prepare_request_records_skipped_transforms_and_passes_the_answer_budget() -> None:
+    seen: list[int | None] = []
+
+    def record(ctx: CompactionContext) -> None:
+        seen.append(ctx.max_output_tokens)
+
+    def boom(ctx: CompactionContext) -> None:
+        raise RuntimeError("kaput")
+
+    controller = CompactionController(
+        keep_last(1),
+        max_context_size=1000,
+        reserved_context_size=100,
+        transforms=[FunctionStrategy(record), FunctionStrategy(boom, name="boom")],
+    )
+    history = [user("hi")]
+    assert await controller.prepare_request(history, max_output_tokens=300) == history
+    assert seen == [300]
+    assert len(controller.last_transform_errors) == 1
+    assert "boom raised RuntimeError: kaput" in controller.last_transform_errors[0]
+    controller.transforms = (FunctionStrategy(record),)
+    await controller.prepare_request(history)
+    assert seen == [300, None]
+    assert controller.last_transform_errors == []

@@ -386,3 +386,66 @@ def test_output_the_format_cannot_express_fails_open(
     report = r.headers["x-ctxcompact"]
     assert "action=failed" in report
     assert "cannot be sent in this format" in report
+
+
+def test_a_transform_that_raises_is_skipped_and_reported(
+    upstream: tuple[FakeUpstream, str], tmp_path: Path
+) -> None:
+    fake, url = upstream
+
+    def broken(ctx: Any) -> None:
+        raise RuntimeError("transform bug")
+
+    extra = (
+        "[tool_result_truncation]\nenabled = true\nmax_chars = 100\n"
+        "head_chars = 10\ntail_chars = 10\n"
+    )
+    config = load_config(write_config(tmp_path, url, extra=extra))
+    app = create_app(config)
+    messages = openai_history(turns=1, output_chars=30)  # a 210-char result: truncated
+    # The config's truncation plus a broken transform of the user's own, in front of it.
+    rewriter = app.state.rewriter
+    rewriter.transforms = (FunctionStrategy(broken, name="broken"), *rewriter.transforms)
+    with serve_in_thread(app) as proxy:
+        r = httpx.post(f"{proxy}/v1/chat/completions", json={"model": "m", "messages": messages})
+    assert r.status_code == 200
+    report = r.headers["x-ctxcompact"]
+    assert report.startswith("action=transformed")
+    assert "error=transform broken raised RuntimeError: transform bug" in report
+    sent = fake.received[-1].json()["messages"]
+    assert "characters truncated" in sent[-1]["content"]
+
+
+def test_the_context_guard_keeps_the_requests_max_tokens_free(
+    upstream: tuple[FakeUpstream, str], tmp_path: Path
+) -> None:
+    fake, url = upstream
+    extra = "[context_guard]\nenabled = true\nreserve_tokens = 100\n"
+    # Far below the trigger (no max_tokens, reserved 500 of 100,000), so only the guard acts.
+    path = write_config(tmp_path, url, extra=extra, max_context_size=100_000)
+    messages = openai_history(turns=8, output_chars=300)
+    # A user message before each turn: the guard drops whole turns, never the last one.
+    messages = [
+        m
+        for i, m in enumerate(messages)
+        for m in (
+            [{"role": "user", "content": f"next step {i}"}, m] if m["role"] == "assistant" else [m]
+        )
+    ]
+    with start_proxy(path) as proxy:
+        small = httpx.post(
+            f"{proxy}/v1/chat/completions", json={"model": "m", "messages": messages}
+        )
+        big = httpx.post(
+            f"{proxy}/v1/chat/completions",
+            json={"model": "m", "messages": messages, "max_tokens": 98_500},
+        )
+    assert small.headers["x-ctxcompact"].startswith("action=unchanged")
+    # The guard (a transform) trimmed the request to 100,000 - 98,500 tokens; after that the
+    # trigger no longer fires, so the strategy did not run.
+    report = big.headers["x-ctxcompact"]
+    assert report.startswith("action=transformed")
+    assert int(report.split("tokens=")[1].split("->")[1].split(";")[0]) <= 1_500
+    kept = fake.received[-1].json()["messages"]
+    assert len(kept) < len(messages)
+    assert check_history(from_openai(kept)) == []

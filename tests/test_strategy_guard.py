@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Any
 
@@ -9,7 +10,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ctxcompact import CompactionController, HeuristicTokenCounter, Message, check_history
+from ctxcompact import (
+    CompactionContext,
+    CompactionController,
+    HeuristicTokenCounter,
+    Message,
+    check_history,
+)
 from ctxcompact.exceptions import ConfigError
 from ctxcompact.strategies import ContextGuard
 from tests.gen import (
@@ -325,3 +332,20 @@ def test_property_protected_tail_and_user_first(
     if COUNT.count(out) > budget and users and check_history(history) == []:
         # Over budget only when nothing but the protected tail is left.
         assert rest[0] is history[users[-1]]
+
+
+def test_the_requests_answer_budget_is_kept_free_when_known() -> None:
+    h = chat(20)
+    total = COUNT.count(h)
+    g = ContextGuard(context_window=total + 100, reserve_tokens=100)
+
+    def ctx(max_output_tokens: int | None) -> CompactionContext:
+        return CompactionContext(h, total, 10**6, 0, max_output_tokens=max_output_tokens)
+
+    assert asyncio.run(g.compact(ctx(None))) is None
+    assert asyncio.run(g.compact(ctx(100))) is None  # no larger than reserve_tokens
+    out = asyncio.run(g.compact(ctx(2000)))  # a proxy request with max_tokens = 2000
+    assert out is not None
+    assert COUNT.count(out) <= total + 100 - 2000
+    with pytest.raises(ConfigError, match="max_tokens"):
+        asyncio.run(g.compact(ctx(total + 100)))

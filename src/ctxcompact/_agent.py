@@ -342,7 +342,9 @@ class Agent:
                 # The forced compaction could not shrink the history: the same request
                 # would be refused again.
                 raise error
-            request = await self.controller.prepare_request(self.history)
+            request = await self.controller.prepare_request(
+                self.history, max_output_tokens=self.max_tokens
+            )
             self._flush_events(False)
             try:
                 return await self.llm.complete(

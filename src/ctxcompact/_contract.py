@@ -110,6 +110,8 @@ class CompactionContext:
         reserved_context_size: Tokens kept free for the answer and the next tool results.
         llm: The model to summarize with, when there is one.
         token_counter: Estimates tokens of messages, for strategies that budget.
+        max_output_tokens: The answer budget (``max_tokens``) of the request being prepared,
+            when known: per-request transforms that trim to the window keep it free.
 
     Example:
         >>> ctx = CompactionContext([Message.user("hi")], 10, 1000, 100)
@@ -123,6 +125,7 @@ class CompactionContext:
     reserved_context_size: int
     llm: LLM | None = None
     token_counter: TokenCounter = field(default_factory=HeuristicTokenCounter)
+    max_output_tokens: int | None = None
 
 
 @runtime_checkable

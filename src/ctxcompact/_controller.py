@@ -127,6 +127,7 @@ class CompactionController:
         self.min_progress = min_progress
         self.max_failures = max_failures
         self.last_event: CompactionEvent | None = None
+        self.last_transform_errors: list[str] = []
         self._failures = 0
         self._retry_at: int | None = None  # estimate the history must reach before a retry
         self._count = RunningCount()
@@ -381,14 +382,19 @@ class CompactionController:
 
     # -- per-request transforms -------------------------------------------------------------------
 
-    async def prepare_request(self, history: Sequence[Message]) -> list[Message]:
+    async def prepare_request(
+        self, history: Sequence[Message], *, max_output_tokens: int | None = None
+    ) -> list[Message]:
         """The messages to send: ``history`` through each transform, in order.
 
         The stored history is not touched. A transform that raises, or whose output breaks
-        tool-call pairing, is skipped with a warning (the request goes out without it).
+        tool-call pairing, is skipped with a warning (the request goes out without it) and
+        listed in :attr:`last_transform_errors`. ``max_output_tokens`` is the request's
+        answer budget, when known: transforms that trim to the window keep it free.
         """
         current: Sequence[Message] = history
         tokens = self.token_count(history)
+        self.last_transform_errors = []
         for transform in self.transforms:
             ctx = CompactionContext(
                 history=tuple(current),
@@ -397,24 +403,22 @@ class CompactionController:
                 reserved_context_size=self.reserved_context_size,
                 llm=self.llm,
                 token_counter=self.token_counter,
+                max_output_tokens=max_output_tokens,
             )
             try:
                 output = await transform.compact(ctx)
             except Exception as exc:
-                logger.warning(
-                    "transform %s raised, skipped: %s: %s",
-                    strategy_name(transform),
-                    type(exc).__name__,
-                    exc,
-                )
+                error = f"{strategy_name(transform)} raised {type(exc).__name__}: {exc}"
+                logger.warning("transform %s, skipped", error)
+                self.last_transform_errors.append(error)
                 continue
             if output is None or same_messages(output, current):
                 continue
             reason = rejection(current, output)
             if reason is not None:
-                logger.warning(
-                    "transform %s output rejected, skipped: %s", strategy_name(transform), reason
-                )
+                error = f"{strategy_name(transform)} output rejected: {reason}"
+                logger.warning("transform %s, skipped", error)
+                self.last_transform_errors.append(error)
                 continue
             current = list(output)
             tokens = self.token_counter.count(current)
@@ -438,6 +442,11 @@ def _transforms_from_config(config: Config, max_context_size: int) -> list[Compa
     schema1 = config.observation_masking.schema1
     guard = config.context_guard
     try:
+        # Masking first, so a masked result's placeholder gives its original size; then
+        # truncation of what is still there in full; then the guard (below).
+        if schema1.enabled:
+            table = "observation_masking.schema1"
+            transforms.append(Schema1Masking(**schema1.model_dump()))
         if truncation.enabled:
             table = "tool_result_truncation"
             transforms.append(
@@ -447,9 +456,6 @@ def _transforms_from_config(config: Config, max_context_size: int) -> list[Compa
                     tail_chars=truncation.tail_chars,
                 )
             )
-        if schema1.enabled:
-            table = "observation_masking.schema1"
-            transforms.append(Schema1Masking(**schema1.model_dump()))
         if guard.enabled:
             # Last: it only drops what still does not fit after masking and truncation. The
             # window is explicit, so only reserve_tokens is kept free (not the controller's

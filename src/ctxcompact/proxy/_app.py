@@ -166,7 +166,9 @@ def build_app(
             methods=["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"],
         ),
     ]
-    return Starlette(routes=routes, lifespan=lifespan)
+    app = Starlette(routes=routes, lifespan=lifespan)
+    app.state.rewriter = rewriter  # what decides, for introspection and tests
+    return app
 
 
 async def _relay(upstream: httpx.Response) -> AsyncIterator[bytes]:

@@ -38,12 +38,14 @@ class RewriteReport:
     Attributes:
         action: ``compacted`` (the strategy ran), ``transformed`` (only the per-request
             transforms changed it), ``unchanged``, ``skipped`` (the body was not a chat
-            request the proxy understands: forwarded as received) or ``failed`` (a strategy
-            or transform raised or produced an invalid history: forwarded without its changes).
+            request the proxy understands: forwarded as received) or ``failed`` (the strategy
+            raised, produced an invalid history or one the format cannot express: forwarded
+            without its changes).
         strategy: The strategy's class name.
         tokens_before: Estimated prompt tokens of the request as received.
         tokens_after: Estimated prompt tokens of the request as forwarded.
-        error: Why nothing was done, for ``skipped`` and ``failed``.
+        error: What went wrong: why nothing was done (``skipped``, ``failed``), and any
+            transform that raised and was skipped (the other transforms still applied).
 
     Example:
         >>> RewriteReport("unchanged", "ToolResultHiding", 10, 10, 2, 2).header()
@@ -163,39 +165,43 @@ class Rewriter:
             llm=self.llm,
             transforms=self.transforms,
         )
-        try:
-            sent: Sequence[Message] = await controller.prepare_request(history)
-        except Exception as exc:  # fail open: a broken transform must not break the agent
-            logger.warning("proxy: transform failed, forwarding unchanged: %s", exc)
-            return None, RewriteReport(
-                "failed", name, before, before, len(history), len(history), f"transform: {exc}"
-            )
+        # A transform that raises is skipped by the controller (the others still apply) and
+        # listed in last_transform_errors, reported below.
+        sent: Sequence[Message] = await controller.prepare_request(
+            history, max_output_tokens=max_tokens
+        )
+        skipped = [f"transform {e}" for e in controller.last_transform_errors]
         compacted = await controller.maybe_compact(sent)
         event = controller.last_event
-        error = None
+        errors = list(skipped)
         if event is not None and event.status in ("failed", "rejected"):
-            error = event.error or event.status
+            errors.append(event.error or event.status)
+        error = "; ".join(errors) or None
+        failed = False
         if compacted is not sent:
             try:
                 body = encode(compacted)
             except ValueError as exc:
                 # A strategy may produce what the request's format cannot say (a system
                 # message mid-history has no place in Anthropic's): fail open without it.
-                error = f"{name}'s output cannot be sent in this format: {exc}"
-                logger.warning("proxy: %s", error)
+                unsendable = f"{name}'s output cannot be sent in this format: {exc}"
+                logger.warning("proxy: %s", unsendable)
+                error = "; ".join([*skipped, unsendable])
+                failed = True
             else:
                 after = self.token_counter.count(compacted)
                 return body, RewriteReport(
                     "compacted", name, before, after, len(history), len(compacted), error
                 )
+        failed = failed or (event is not None and event.status in ("failed", "rejected"))
         transformed = _differs(sent, history)
         if not transformed:
-            action = "failed" if error is not None else "unchanged"
+            action = "failed" if failed else "unchanged"
             return None, RewriteReport(
                 action, name, before, before, len(history), len(history), error
             )
         report = RewriteReport(
-            "failed" if error is not None else "transformed",
+            "failed" if failed else "transformed",
             name,
             before,
             self.token_counter.count(sent),

@@ -101,13 +101,19 @@ class ContextGuard:
             f"reserve_tokens={self.reserve_tokens}, truncate_first={self.truncate_first})"
         )
 
-    def budget(self, max_context_size: int | None, reserved_context_size: int = 0) -> int:
+    def budget(
+        self,
+        max_context_size: int | None,
+        reserved_context_size: int = 0,
+        max_output_tokens: int | None = None,
+    ) -> int:
         """Tokens the history may use.
 
         With ``context_window`` set: ``context_window - reserve_tokens``. Otherwise the window
         is ``max_context_size`` and the history must stay below the controller's threshold
         too: ``max_context_size - max(reserve_tokens, reserved_context_size + 1)`` (the
-        ``+ 1`` because the threshold fires at equality).
+        ``+ 1`` because the threshold fires at equality). Either way, when the request's
+        answer budget is known (``max_output_tokens``), at least that much is kept free.
         """
         if self.context_window is not None:
             window, reserve, key = self.context_window, self.reserve_tokens, "reserve_tokens"
@@ -117,9 +123,13 @@ class ContextGuard:
             window, reserve, key = max_context_size, self.reserve_tokens, "reserve_tokens"
             if reserved_context_size + 1 > reserve:
                 reserve, key = reserved_context_size + 1, "reserved_context_size"
+        if max_output_tokens is not None and max_output_tokens > reserve:
+            reserve, key = max_output_tokens, "max_tokens"
         budget = window - reserve
         if budget <= 0:
-            value = self.reserve_tokens if key == "reserve_tokens" else reserved_context_size
+            value = {"reserve_tokens": self.reserve_tokens, "max_tokens": max_output_tokens}.get(
+                key, reserved_context_size
+            )
             raise ConfigError(
                 f"context window {window} minus {key} {value} leaves no room for the "
                 f"history; lower {key}",
@@ -129,7 +139,7 @@ class ContextGuard:
 
     async def compact(self, ctx: CompactionContext) -> list[Message] | None:
         """Trim ``ctx.history`` to the budget; ``None`` when it already fits."""
-        budget = self.budget(ctx.max_context_size, ctx.reserved_context_size)
+        budget = self.budget(ctx.max_context_size, ctx.reserved_context_size, ctx.max_output_tokens)
         return self.guard(ctx.history, budget=budget, token_counter=ctx.token_counter)
 
     def guard(
