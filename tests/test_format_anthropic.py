@@ -318,6 +318,18 @@ def test_arguments_that_are_not_json_are_an_error() -> None:
     assert info.value.field == "tool_calls[1].arguments"
 
 
+@pytest.mark.parametrize("arguments", ["[1]", "null", '"x"', "3"])
+def test_arguments_that_are_json_but_not_an_object_are_an_error(arguments: str) -> None:
+    # from_anthropic rejects such an input, and so does the API: to_anthropic must not make one.
+    history = [
+        Message.user("a"),
+        Message.assistant(None, tool_calls=[ToolCall(id="x", name="f", arguments=arguments)]),
+    ]
+    with pytest.raises(FormatError, match="not an object") as info:
+        to_anthropic(history)
+    assert (info.value.index, info.value.field) == (1, "tool_calls[0].arguments")
+
+
 def test_tool_message_without_id_is_an_error() -> None:
     with pytest.raises(FormatError) as info:
         to_anthropic([Message.user("a"), Message(role="tool", content="r")])

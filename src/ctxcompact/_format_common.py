@@ -242,14 +242,23 @@ def content_to_anthropic(content: Content) -> str | list[dict[str, Any]]:
 
 
 def parse_arguments(arguments: str, index: int, j: int) -> JSON:
-    """Tool-call arguments as Anthropic's ``input``; empty arguments (some models send ``""``
-    for a call without parameters) become ``{}``."""
+    """Tool-call arguments as Anthropic's ``input``, which must be a JSON object; empty
+    arguments (some models send ``""`` for a call without parameters) become ``{}``."""
+    field = f"tool_calls[{j}].arguments"
     try:
-        return json.loads(arguments) if arguments.strip() else {}
+        parsed: JSON = json.loads(arguments) if arguments.strip() else {}
     except ValueError as exc:
         raise FormatError(
             f"tool-call arguments are not valid JSON ({exc}); Anthropic needs a JSON 'input'. "
             "Fix or drop this tool call before converting",
             index=index,
-            field=f"tool_calls[{j}].arguments",
+            field=field,
         ) from None
+    if not isinstance(parsed, dict):
+        raise FormatError(
+            f"tool-call arguments are JSON but not an object ({type(parsed).__name__}); "
+            "Anthropic's 'input' must be an object",
+            index=index,
+            field=field,
+        )
+    return parsed
