@@ -524,3 +524,11 @@ def test_assignment_is_validated() -> None:
         compaction.trigger_ratio = 0.1
     compaction.trigger_ratio = 0.8
     assert compaction.trigger_ratio == 0.8
+
+
+def test_the_json_schema_builds_and_keeps_every_default() -> None:
+    # Editors and docs use it; pytest turns a PydanticJsonSchemaWarning into a failure.
+    schema = Config.model_json_schema()
+    compaction = schema["$defs"]["CompactionConfig"]["properties"]
+    assert compaction["reserved_context_size"]["default"] == 50_000
+    assert compaction["strategy"]["default"] == "ctxcompact.strategies:LLMSummary"

@@ -610,16 +610,20 @@ async def test_guard_transform_trims_requests_only() -> None:
     assert check_history(sent) == []
 
 
-def test_from_config_guard_reserve_too_big_names_the_table() -> None:
-    cfg = Config.model_validate(
-        {
-            "compaction": {"max_context_size": 8_000, "reserved_context_size": 100},
-            "context_guard": {"enabled": True},  # reserve_tokens 8192 >= 8000
-        }
-    )
+def test_guard_reserve_too_big_names_the_table_at_load_and_at_build() -> None:
+    data: dict[str, object] = {
+        "compaction": {"max_context_size": 8_000, "reserved_context_size": 100},
+        "context_guard": {"enabled": True},  # reserve_tokens 8192 >= 8000
+    }
     with pytest.raises(ConfigError) as info:
-        CompactionController.from_config(cfg, strategy=keep_last(1))
+        Config.from_dict(data)  # caught when the file loads
     assert info.value.key == "context_guard.reserve_tokens"
+    assert "8192" in str(info.value)
+    # A window passed in code instead of the file is checked when the controller is built.
+    cfg = Config.from_dict({**data, "compaction": {"max_context_size": 100_000}})
+    with pytest.raises(ConfigError) as built:
+        CompactionController.from_config(cfg, strategy=keep_last(1), max_context_size=8_000)
+    assert built.value.key == "context_guard.reserve_tokens"
 
 
 def test_from_config_window_override_below_reserved_names_the_key(tmp_path: Path) -> None:

@@ -18,7 +18,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
 from pydantic import field_validator as _field_validator
 
-from ._config_errors import config_error
+from ._config_errors import config_error, field_error
 from ._loader import spec_problem
 from .exceptions import ConfigError
 from .strategies._shared import SCHEMA1_FIELDS, SCHEMA1_PLACEHOLDER
@@ -48,14 +48,6 @@ DEFAULT_KEY_ENV = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY"}
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 DEFAULT_RESERVED = 50_000
-
-
-class _Unset(int):
-    """The default of ``reserved_context_size``: an int that remembers the key was not written,
-    so the error can say the value is the default rather than blame a line the user never
-    wrote. Validated with ``validate_default`` and turned into a plain int at once."""
-
-    __slots__ = ()
 
 
 class _Table(BaseModel):
@@ -132,9 +124,7 @@ class CompactionConfig(_Table):
 
     strategy: str = DEFAULT_STRATEGY
     max_context_size: int | None = Field(default=None, ge=1)
-    reserved_context_size: int = Field(
-        default=_Unset(DEFAULT_RESERVED), ge=0, validate_default=True
-    )
+    reserved_context_size: int = Field(default=DEFAULT_RESERVED, ge=0)
     trigger_ratio: float | None = Field(default=None, ge=0.5, le=0.99)
     min_progress: float = Field(default=0.1, ge=0.0, lt=1.0)
     max_failures: int = Field(default=3, ge=1)
@@ -149,23 +139,26 @@ class CompactionConfig(_Table):
             raise ValueError(f"{problem}, such as 'hiding-then-summary'")
         return value
 
-    @_field_validator("reserved_context_size", mode="wrap")
-    @classmethod
-    def _below_max(cls, value: Any, handler: Any, info: Any) -> int:
-        unset = isinstance(value, _Unset)
-        checked: int = handler(int(value) if unset else value)
-        maximum = info.data.get("max_context_size")
-        if maximum is not None and checked >= maximum:
+    @model_validator(mode="after")
+    def _reserve_below_max(self) -> CompactionConfig:
+        maximum = self.max_context_size
+        reserved = self.reserved_context_size
+        if maximum is not None and reserved >= maximum:
+            # Checked even when the key is not written: the default alone can break a small
+            # window, and the error says so rather than blame a line the user never wrote.
             got = (
-                f"it is not set, and the default is {DEFAULT_RESERVED}"
-                if unset
-                else f"got {checked}"
+                f"got {reserved}"
+                if "reserved_context_size" in self.model_fields_set
+                else f"it is not set, and the default is {DEFAULT_RESERVED}"
             )
-            raise ValueError(
+            raise field_error(
+                type(self),
+                ("reserved_context_size",),
                 f"must be below max_context_size ({maximum}); {got}, which would compact on "
-                "every call; set reserved_context_size lower (or max_context_size higher)"
+                "every call; set reserved_context_size lower (or max_context_size higher)",
+                reserved,
             )
-        return checked
+        return self
 
 
 class Schema1Config(_Table):
@@ -328,6 +321,20 @@ class Config(_Table):
     token_counting: TokenCountingConfig = Field(default_factory=TokenCountingConfig)
     agent: AgentConfig = Field(default_factory=AgentConfig)
     proxy: ProxyConfig = Field(default_factory=ProxyConfig)
+
+    @model_validator(mode="after")
+    def _guard_fits(self) -> Config:
+        maximum = self.compaction.max_context_size
+        guard = self.context_guard
+        if guard.enabled and maximum is not None and guard.reserve_tokens >= maximum:
+            raise field_error(
+                type(self),
+                ("context_guard", "reserve_tokens"),
+                f"must be below [compaction] max_context_size ({maximum}), got "
+                f"{guard.reserve_tokens}: the guard would leave no room for the history",
+                guard.reserve_tokens,
+            )
+        return self
 
     # Private, so that a `path = ...` line in the file is an unknown key, not a setting.
     _path: Path | None = PrivateAttr(default=None)

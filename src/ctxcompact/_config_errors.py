@@ -12,12 +12,12 @@ import typing
 from typing import TYPE_CHECKING, Any
 
 import annotated_types
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
+from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from .exceptions import ConfigError
 
 if TYPE_CHECKING:
-    from pydantic import ValidationError
     from pydantic_core import ErrorDetails
 
 __all__ = ["config_error"]
@@ -130,3 +130,16 @@ def _allowed_range(model: type[BaseModel] | None, name: str) -> str:
 def _short(value: object) -> str:
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
+
+
+def field_error(
+    model: type[BaseModel], loc: tuple[str, ...], message: str, value: object
+) -> ValidationError:
+    """A validation error at ``loc`` (below ``model``) raised from a model validator, so that
+    a rule across keys still names the one key to change (``compaction.reserved_context_size``)."""
+    detail = InitErrorDetails(
+        type=PydanticCustomError("value_error", message.replace("{", "{{").replace("}", "}}")),
+        loc=loc,
+        input=value,
+    )
+    return ValidationError.from_exception_data(model.__name__, [detail])
