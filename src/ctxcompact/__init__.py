@@ -24,7 +24,7 @@ from ._contract import (
 )
 from ._controller import CompactionController, CompactionEvent
 from ._groups import ToolGroup, tool_groups
-from ._loader import load_strategy
+from ._loader import ParamInfo, StrategyInfo, list_strategies, load_strategy
 from ._messages import ImagePart, Message, RawPart, TextPart, ToolCall
 from ._openai_format import from_openai, to_openai
 from ._tokens import HeuristicTokenCounter, TiktokenCounter, TokenCounter
@@ -51,8 +51,10 @@ __all__ = [
     "HistoryProblem",
     "ImagePart",
     "LLMConfig",
+    "ParamInfo",
     "Message",
     "RawPart",
+    "StrategyInfo",
     "TextPart",
     "TiktokenCounter",
     "TokenCounter",
@@ -66,6 +68,7 @@ __all__ = [
     "check_history",
     "from_anthropic",
     "from_openai",
+    "list_strategies",
     "load_config",
     "load_strategy",
     "to_anthropic",
