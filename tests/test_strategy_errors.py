@@ -145,6 +145,34 @@ def claude_code_read(source: str) -> str:
         ("<returncode>2</returncode>\n<output></output>", "exit_code"),
         ("<returncode>-9</returncode>", "exit_code"),
         ("<tool_use_error>File has not been read yet</tool_use_error>", "tool_use_error"),
+        # Go's compiler and vet.
+        ("./main.go:5:2: undefined: foo", "compiler_error"),
+        (
+            "# example.com/m\n./main.go:7:2: fmt.Printf format %d has arg s of wrong type string",
+            "compiler_error",
+        ),
+        ("pkg/util/a.go:12:3: declared and not used: x", "compiler_error"),
+        ("vet: ./main.go:3:8: could not import fmt", "compiler_error"),
+        # Timestamped log lines at an error level.
+        ("2024-05-01 12:00:00,123 ERROR something", "log_error"),
+        ("2024-05-01T12:00:00Z [ERROR] x", "log_error"),
+        ("[2024-05-01 12:00:00] ERROR: boom", "log_error"),
+        ("starting\n2024-05-01 12:00:00.123 [main] ERROR c.e.App - failed", "log_error"),
+        ("2024-05-01 12:00:00,123 - myapp - CRITICAL - disk full", "log_error"),
+        ("[2024-05-01 12:00:00] local.ERROR: Undefined variable $x", "log_error"),
+        ("2024/05/01 12:00:00 [error] 1234#0: *1 connect() failed", "log_error"),
+        ("2024-05-01T12:00:00.123+02:00 FATAL 1 --- [main] o.s.boot: x", "log_error"),
+        ("2024-05-01 12:00:00 SEVERE: Servlet threw exception", "log_error"),
+        ('time="2024-05-01T12:00:00Z" level=error msg="x"', "log_error"),
+        ("time=2024-05-01T12:00:00.000Z level=ERROR msg=x", "log_error"),
+        ("I0501 12:00:00.1 1 a.go:3] up\nE0501 12:00:01.5 1 a.go:9] failed", "log_error"),
+        # Permission denied, as shells and tools print it.
+        ("bash: ./x.sh: Permission denied", "permission_denied"),
+        ("cat: f: Permission denied\n", "permission_denied"),
+        ("open /etc/shadow: permission denied", "permission_denied"),
+        ("/bin/sh: 1: ./run: Permission denied", "permission_denied"),
+        ("mkdir: cannot create directory '/x': Permission denied\r\n", "permission_denied"),
+        ("git@github.com: Permission denied (publickey).", "permission_denied"),
         (json.dumps({"error": "not found", "code": 404}), "json_error"),
         (json.dumps({"status": "error", "message": "x"}), "json_error"),
         ('  {"error": {"type": "invalid_request"}}', "json_error"),
@@ -191,6 +219,30 @@ def test_error_patterns(text: str, reason: str) -> None:
         json.dumps([{"error": "inside a list is data, not a failure"}]),
         "{not json but starts with a brace: error}",
         "set a timeout of 30 s; the connection was fine",
+        # Go: grep -n hits (one number), go test's indented logs, stack frames.
+        "main.go:5:\tfoo := bar()",
+        "    x_test.go:9: got 1, want 2",
+        "goroutine 1 [running]:\nmain.main()\n\t/home/u/main.go:12 +0x1d",
+        "see main.go:5:2:for the call",
+        # Logs: other levels, even when they mention errors; no timestamp; indented.
+        "2024-05-01 12:00:00,123 INFO retrying after error",
+        "2024-05-01 12:00:00,123 INFO processed; ERROR count: 0",
+        "2024-05-01 12:00:00 [main] WARNING ERROR budget low",
+        "[2024-05-01 12:00:00] DEBUG error handler registered",
+        "2024-05-01 12:00:00 [error-reporting] started",
+        "2024-05-01 12:00:00 TERRORS are not levels",
+        "Released 2024-05-01: ERROR handling improved",
+        "  2024-05-01 12:00:00 ERROR indented, as in a file being read",
+        claude_code_read("2024-05-01 12:00:00 ERROR read from app.log"),
+        'time="2024-05-01T12:00:00Z" level=info msg="error rate 0"',
+        # Permission denied in prose, code, comments and quotes.
+        "make sure you don't get permission denied",
+        "Permission denied errors happen when the file mode is wrong.",
+        "bash: ./x.sh: Permission denied means the script is not executable",
+        "    print('x: Permission denied')",
+        "# fails with: Permission denied",
+        '"open x: permission denied"',
+        claude_code_read("bash: x: Permission denied"),
         "",
     ],
 )
@@ -235,6 +287,16 @@ _FRAGMENTS = [
     "Exit code 1",
     "<returncode>1</returncode>",
     "<tool_use_error>",
+    "./a.go:1:2: x",
+    "a.go:1: x",
+    "2024-05-01 12:00:00 ERROR x",
+    "2024-05-01 12:00:00 INFO x ERROR",
+    "[2024-05-01T12:00:00Z] [error] x",
+    "time=2024-01-01 level=error",
+    "E0101 00:00:00.1 1 a.go:1] x",
+    "sh: x: Permission denied",
+    "x: permission denied (publickey).",
+    "permission denied",
     "set the timeout",
     "    raise ValueError('x')",
     "except TimeoutError:",
@@ -269,6 +331,14 @@ def test_provider_flag_counts() -> None:
     assert not is_error_result(tool("a", "all good"))
 
 
+# Trace tool results where the heuristic and the meta files intentionally disagree, as
+# ``(trace name, message index): why``. Empty: on all 1,065 tool results of the 17 public
+# traces the two agree exactly (the Go, log-level and permission patterns added since flag
+# nothing new there: no trace holds such a line). Any new disagreement fails the test below;
+# if it is intended, add it here with the reason.
+INTENDED_DISAGREEMENTS: dict[tuple[str, int], str] = {}
+
+
 def test_heuristic_agrees_with_the_traces_meta_files() -> None:
     """Every tool result of every public trace, against the meta files' classification.
 
@@ -276,7 +346,8 @@ def test_heuristic_agrees_with_the_traces_meta_files() -> None:
     tracebacks, ``Error:``, timeouts); ``native_is_error`` is Anthropic's flag, which the
     OpenAI-format traces do not carry, so those are counted apart.
     """
-    agree = text_errors = predicted = native_only = total = 0
+    disagree: dict[tuple[str, int], bool] = {}
+    text_errors = predicted = native_only = total = 0
     for name in trace_names():
         messages = load_trace(name)
         flagged = {int(k): v for k, v in load_meta(name)["stats"]["error_tool_msg_indices"].items()}
@@ -291,18 +362,21 @@ def test_heuristic_agrees_with_the_traces_meta_files() -> None:
             guess = looks_like_error(message["content"])
             predicted += guess
             text_errors += i in truth
-            agree += guess == (i in truth)
+            if guess != (i in truth):
+                disagree[(name, i)] = guess
             # Both stages agree on real data too.
             if isinstance(message["content"], str):
                 content = message["content"]
                 assert _errors._error_reason(content) == _errors._first_match(content)
     print(
-        f"\nerror heuristic vs meta: {agree}/{total} tool results agree; "
+        f"\nerror heuristic vs meta: {total - len(disagree)}/{total} tool results agree; "
         f"{text_errors} text-classified errors, {predicted} predicted; "
         f"{native_only} flagged only by Anthropic is_error (not in the OpenAI text)"
     )
+    assert total == 1_065
     assert text_errors > 50
-    assert agree / total >= 0.99
+    # Exact: every disagreement is listed (True: flagged by us only; False: by the meta only).
+    assert set(disagree) == set(INTENDED_DISAGREEMENTS), disagree
 
 
 def test_cached_verdicts_equal_fresh_ones_on_every_trace_result() -> None:

@@ -1,7 +1,8 @@
 """The error heuristic behind ``keep_errors``: does a tool result look like a failure?
 
 Seed 001 §6 names Traceback, Exception, Error (with a warning about false positives),
-timeout, connect_error, connection refused and JSON error objects. Each pattern here is
+timeout, connect_error, connection refused and JSON error objects; this adds what compilers,
+test runners, shells, loggers and HTTP tools print when they fail. Each pattern here is
 anchored to a line start or to a marker tools really print, so prose that merely mentions
 "error", "exception" or "timeout", and source code (``raise ValueError(...)``, ``except
 TimeoutError:``, ``class FooError(Exception):``, with or without Claude Code's ``N→`` line
@@ -37,7 +38,8 @@ __all__ = ["clear_error_cache", "error_reason", "is_error_result", "looks_like_e
 class _Pattern:
     name: str
     line: str | None = None  # matched at a line start
-    line_keys: tuple[str, ...] = ()  # substrings every ``line`` match contains
+    # Substrings every ``line`` match contains; none only for a pattern in the one-pass regex.
+    line_keys: tuple[str, ...] = ()
     anywhere: str | None = None  # searched anywhere
     anywhere_keys: tuple[str, ...] = ()  # substrings every ``anywhere`` match contains
     # Alternatives, each starting with a fixed character, that every ``line`` match starts
@@ -45,6 +47,25 @@ class _Pattern:
     one_pass: tuple[str, ...] = ()
     also: str | None = None  # searched anywhere too, after a match: both must be found
 
+
+# A timestamp of this millennium (``2024-05-01 12:00:00,123``, ``2024-05-01T12:00:00.5Z``,
+# ``2024/05/01 12:00:00``) after its leading ``2`` or ``[2``: every one-pass alternative
+# starts with a fixed character, which costs a regex step per line where a ``\d`` costs three.
+_TIMESTAMP_REST = r"\d{3}[-/]\d\d[-/]\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?\]?"
+# Then at most 40 characters without another level (``[main] ``, ``local.``, ``- app - ``),
+# then the level as a whole word; lowercase only in brackets (nginx's ``[error]``).
+_LEVEL = (
+    r"(?:(?!INFO|DEBUG|WARN|TRACE|NOTICE)[^\n]){0,40}?(?<!\w)"
+    r"(?:ERROR|FATAL|CRITICAL|SEVERE|\[(?:error|fatal|crit|critical|alert|emerg)\])(?!\w)"
+)
+_LOG_LINES = (
+    "2" + _TIMESTAMP_REST + _LEVEL,
+    r"\[2" + _TIMESTAMP_REST + _LEVEL,
+    # logrus and slog's text format.
+    r"time=\"?2\d{3}-[^\n]{0,40}? level=(?:error|ERROR|fatal|FATAL|panic|PANIC)\b",
+    # glog and klog: ``E0501 12:00:00.123456    1 main.go:3] x``.
+    r"[EF]\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ [^\s:\]]+:\d+\] ",
+)
 
 _PATTERNS = (
     _Pattern(
@@ -72,6 +93,16 @@ _PATTERNS = (
     ),
     _Pattern("error_word", r"ERROR\b", ("ERROR",), one_pass=(r"ERROR\b",)),
     _Pattern(
+        # A timestamped log line at level ERROR, FATAL, CRITICAL or SEVERE: the level is the
+        # first one on the line, within 40 characters of the timestamp (so an INFO line that
+        # mentions ERROR is not one), or a ``time=... level=error`` line (logrus, slog), or
+        # glog's ``E0501 12:00:00.123456 1 a.go:3] x``. Whole, in the one-pass regex, so a
+        # text of INFO lines is not checked again.
+        "log_error",
+        "|".join(_LOG_LINES),
+        one_pass=_LOG_LINES,
+    ),
+    _Pattern(
         # ``ValueError: x``, ``java.lang.IllegalStateException: x``, ``Uncaught TypeError: x``;
         # at column 0, as tracebacks end: an indented one is a docstring's ``Raises:`` entry.
         "exception_line",
@@ -91,6 +122,15 @@ _PATTERNS = (
         "compiler_error",
         r"[\w./\\-]+(?::\d+){0,2}(?:\(\d+,\d+\))?: (?:fatal )?error(?:\[\w+\]| TS\d+)?:",
         (": error", ": fatal error"),
+    ),
+    _Pattern(
+        # Go's compiler and vet: ``./main.go:5:2: undefined: foo``, ``pkg/a.go:3:1: x``,
+        # ``vet: ./a.go:7:2: ...``. Every ``file.go:line:col: message`` line at column 0 is
+        # one: gc prints nothing else in that form, and vet's findings fail the build too.
+        # ``grep -n`` (one number) and ``go test``'s indented ``a_test.go:9: got 1`` are not.
+        "compiler_error",
+        r"(?:vet: )?[\w./\\-]*\.go:\d+:\d+: \S",
+        (".go:",),
     ),
     _Pattern(
         # pytest's assertion lines (``E   assert 1 == 2``) with its summary: a
@@ -132,6 +172,15 @@ _PATTERNS = (
         r"[\w/.-]+: (?:line \d+: )?[^\s:]+: command not found"
         r"|[\w/.-]+: \d+: [^\s:]+: not found|zsh: command not found: ",
         ("not found",),
+    ),
+    _Pattern(
+        # ``bash: ./x.sh: Permission denied``, ``cat: f: Permission denied``, ``open /x:
+        # permission denied``, ``git@github.com: Permission denied (publickey).``: a line that
+        # starts at column 0 (not indented, not a ``#`` or ``*`` comment, not quoted) and ends
+        # with ``: Permission denied``; never prose about it.
+        "permission_denied",
+        r"[^\s#*>\"'][^\n]*?: [Pp]ermission denied(?: \([^()\n]*\))?\.?[ \t]*\r?(?:\n|\Z)",
+        ("ermission denied",),
     ),
     _Pattern(
         # A 408/504 status on its own (not a sentence about one: no lowercase word after),
@@ -186,7 +235,9 @@ def _check(pattern: _Pattern, *, line: bool = True) -> Callable[[str], object]:
         # Plain loops, not ``any(...)``: most texts are short, and a generator per pattern
         # cost more than the substring tests themselves.
         hit: object = False
-        if line_found is not None:
+        if line_found is not None and not line_keys:
+            hit = line_found(text)  # only in the one-pass regex: no key to test first
+        elif line_found is not None:
             for key in line_keys:
                 if key in text:
                     hit = line_found(text)
@@ -270,9 +321,10 @@ def error_reason(text: str) -> str | None:
 
     Names, in the order they are tried: ``json_error`` (a JSON object with a non-empty
     ``error`` or ``"status": "error"``), ``traceback``, ``error_line``, ``error_word``,
-    ``exception_line``, ``compiler_error``, ``test_failure``, ``crash``, ``tool_error``,
-    ``command_not_found``, ``http_error``, ``connection_refused``, ``timeout``,
-    ``exit_code``, ``tool_use_error`` (the README lists what each matches). Verdicts are
+    ``log_error``, ``exception_line``, ``compiler_error``, ``test_failure``, ``crash``,
+    ``tool_error``, ``command_not_found``, ``permission_denied``, ``http_error``,
+    ``connection_refused``, ``timeout``, ``exit_code``, ``tool_use_error`` (the README
+    lists what each matches). Verdicts are
     cached by text (a bounded, least-recently-used cache of at most 16,384 texts and 32
     million characters), so asking again about a text already seen costs a dictionary lookup.
 
