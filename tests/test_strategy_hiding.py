@@ -2,16 +2,27 @@
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Iterable, Sequence
+from dataclasses import replace
 from typing import Any
 
 import pytest
 
-from ctxcompact import HeuristicTokenCounter, Message, TextPart
+from ctxcompact import (
+    HeuristicTokenCounter,
+    Message,
+    TextPart,
+    TiktokenCounter,
+    TokenCounter,
+    from_openai,
+)
 from ctxcompact.exceptions import ConfigError
 from ctxcompact.strategies import ToolResultHiding
 from ctxcompact.strategies._shared import HIDDEN_PLACEHOLDER
 from tests.gen import assistant, call, system, tool, user
-from tests.strategy_checks import assert_content_only, assert_safe, dump, run
+from tests.strategy_checks import assert_content_only, assert_safe, ctx_for, dump
+from tests.traces import load_trace, trace_names
 
 PLACEHOLDER = "<system>历史 tool_call已隐藏</system>"
 
@@ -21,9 +32,22 @@ def groups(n: int, *, calls: int = 1) -> list[Message]:
     for k in range(n):
         ids = [f"g{k}_{j}" for j in range(calls)]
         out.append(assistant(f"step {k}", *(call(i, "bash") for i in ids)))
-        out.extend(tool(i, f"result of {i} " + "r" * 30) for i in ids)
+        out.extend(tool(i, f"result of {i} " + "r" * 60) for i in ids)
     out.append(assistant("done"))
     return out
+
+
+def run(
+    strategy: ToolResultHiding,
+    history: Sequence[Message],
+    *,
+    token_counter: TokenCounter | None = None,
+) -> Any:
+    """``strategy.compact`` on a fresh context whose counter is ``token_counter``."""
+    ctx = ctx_for(history)
+    if token_counter is not None:
+        ctx = replace(ctx, token_counter=token_counter, token_count=token_counter.count(history))
+    return asyncio.run(strategy.compact(ctx))
 
 
 def hidden(history: list[Message], **params: Any) -> list[int]:
@@ -105,8 +129,8 @@ def test_growing_history_hides_only_the_newly_old_group() -> None:
 
 
 def test_orphans_and_separated_results_are_left_alone() -> None:
-    h = [user("go"), tool("orphan", "o" * 40), assistant(None, call("a"), call("b"))]
-    h += [tool("a", "x" * 40), user("interrupt"), tool("b", "separated" * 5)]
+    h = [user("go"), tool("orphan", "o" * 80), assistant(None, call("a"), call("b"))]
+    h += [tool("a", "x" * 80), user("interrupt"), tool("b", "separated" * 10)]
     h += [assistant(None, call("c")), tool("c", "y")]
     assert hidden(h, preserve_recent_n=1) == [3]
 
@@ -118,13 +142,74 @@ def test_reused_ids_are_positional() -> None:
     assert hidden(h, preserve_recent_n=1) == [2, 4, 6]
 
 
-def test_results_no_longer_than_the_placeholder_stay() -> None:
-    # Replacing "ok" with a 30-character placeholder would make the prompt bigger.
-    h = [user("go"), assistant(None, call("a")), tool("a", "ok")]
-    h += [assistant(None, call("b")), tool("b", "x" * len(PLACEHOLDER))]
-    h += [assistant(None, call("c")), tool("c", "y" * (len(PLACEHOLDER) + 1))]
-    h += [assistant(None, call("d")), tool("d", "newest")]
-    assert hidden(h, preserve_recent_n=1) == [6]
+def one_old_result(content: str | list[Any]) -> list[Message]:
+    return [user("go"), assistant(None, call("a")), tool("a", content)]
+
+
+def test_a_result_is_hidden_only_when_the_placeholder_costs_fewer_tokens() -> None:
+    # The placeholder is 32 characters but 15 heuristic tokens, as much as 48 ASCII
+    # characters: "y" * 40 would grow if hidden, while 20 Chinese characters (26 tokens)
+    # shrink. Every path agrees: the fused one, hidden_indices and the batched one.
+    counter = HeuristicTokenCounter()
+    limit = counter.count_text(PLACEHOLDER)
+    assert len(PLACEHOLDER) == 32
+    assert limit == 15
+    decided = {True: 0, False: 0}
+    for size in range(1, 90):
+        for text in ("y" * size, "表" * size, "é" * size, "y" * size + "表"):
+            h = [*one_old_result(text), assistant(None, call("b")), tool("b", "newest")]
+            shrinks = counter.count_text(text) > limit
+            decided[shrinks] += 1
+            expected = [2] if shrinks else []
+            assert hidden(h, preserve_recent_n=1) == expected, text
+            assert ToolResultHiding(preserve_recent_n=1).hidden_indices(h) == expected
+            assert hidden(h, preserve_recent_n=1, batch_turns=1) == expected, text
+    assert decided[True] > 50
+    assert decided[False] > 50
+    newest = [assistant(None, call("b")), tool("b", "newest")]
+    assert hidden([*one_old_result("y" * 40), *newest], preserve_recent_n=1) == []
+    assert hidden([*one_old_result("表" * 20), *newest], preserve_recent_n=1) == [2]
+
+
+def test_small_list_and_empty_results_stay() -> None:
+    h = one_old_result([{"type": "text", "text": "ok"}])
+    h += [assistant(None, call("b")), tool("b", "")]
+    h += [assistant(None, call("c")), tool("c", "newest")]
+    assert hidden(h, preserve_recent_n=1) == []
+
+
+class CharCounter:
+    """A counter of its own (not a built-in): one token per character of string content."""
+
+    def count(self, messages: Iterable[Message]) -> int:
+        return sum(self.count_message(m) for m in messages)
+
+    def count_message(self, message: Message) -> int:
+        content = message.content
+        return 1 + (len(content) if isinstance(content, str) else 100 * len(content or ()))
+
+
+@pytest.mark.parametrize("counter", [HeuristicTokenCounter(), TiktokenCounter(), CharCounter()])
+def test_hiding_never_makes_a_trace_result_bigger(counter: TokenCounter) -> None:
+    """Under each counter, on every trace: hidden results shrink, kept old ones would not."""
+    strategy = ToolResultHiding(preserve_recent_n=0)
+    seen_kept = 0
+    for name in trace_names():
+        history = from_openai(load_trace(name))
+        out = run(strategy, history, token_counter=counter)
+        if out is None:
+            continue
+        assert strategy.hidden_indices(history, token_counter=counter) == [
+            i for i, (a, b) in enumerate(zip(history, out, strict=True)) if a is not b
+        ]
+        for before, after in zip(history, out, strict=True):
+            if before is not after:
+                assert counter.count_message(after) < counter.count_message(before), name
+            elif before.role == "tool" and before.content != PLACEHOLDER:
+                seen_kept += 1
+                as_hidden = before.replace(content=PLACEHOLDER)
+                assert counter.count_message(as_hidden) >= counter.count_message(before), name
+    assert seen_kept > 0
 
 
 def test_pending_calls_count_as_the_newest_group() -> None:
@@ -144,12 +229,18 @@ def test_batch_turns_hides_in_steps() -> None:
         assert len(hidden(h, batch_turns=4)) == hideable - hideable % 4
 
 
-def test_clear_at_least_counts_tokens_from_the_oldest_group() -> None:
-    one = HeuristicTokenCounter().count_message(tool("g0_0", "result of g0_0 " + "r" * 30))
+def test_clear_at_least_counts_the_tokens_freed_from_the_oldest_group() -> None:
+    # What hiding frees is a result's tokens minus its placeholder's, not the result's whole
+    # count (which would move the boundary about three times as often here).
+    counter = HeuristicTokenCounter()
+    result = tool("g0_0", "result of g0_0 " + "r" * 60)
+    as_hidden = result.replace(content=PLACEHOLDER)
+    freed = counter.count_message(result) - counter.count_message(as_hidden)
+    assert 0 < 3 * freed < 2 * counter.count_message(result)
     for n in range(6, 20):
         h = groups(n)
         hideable = n - 5
-        assert len(hidden(h, clear_at_least=3 * one)) == hideable - hideable % 3
+        assert len(hidden(h, clear_at_least=3 * freed)) == hideable - hideable % 3
 
 
 @pytest.mark.parametrize(

@@ -8,12 +8,20 @@ from typing import Any
 
 import pytest
 
-from ctxcompact import HeuristicTokenCounter, Message, to_openai
+from ctxcompact import (
+    HeuristicTokenCounter,
+    Message,
+    TiktokenCounter,
+    TokenCounter,
+    from_openai,
+    to_openai,
+)
 from ctxcompact.exceptions import ConfigError
 from ctxcompact.strategies import MaskPolicy, Schema1Masking, mask_old_tool_results
 from ctxcompact.strategies._shared import SCHEMA1_PLACEHOLDER
 from tests.gen import assistant, call, system, tool, user
 from tests.strategy_checks import assert_content_only, assert_safe, dump, run
+from tests.traces import load_trace, trace_names
 
 LONG = "x" * 200
 """Padding that makes a result longer than its rendered placeholder (about 90 characters)."""
@@ -126,13 +134,13 @@ def test_default_template_is_seed_001s_french_text() -> None:
 
 
 def test_unresolvable_tool_name_is_inconnu() -> None:
-    raw = [
+    raw: list[dict[str, object]] = [
         {"role": "assistant", "content": None, "tool_calls": [{"id": "a", "type": "function"}]},
         {"role": "tool", "tool_call_id": "a", "content": "old " + LONG},
         *to_openai(turns(1)[1:]),
     ]
     out = mask_old_tool_results(raw, MaskPolicy(enabled=True, window_turns=1))
-    assert "outil=inconnu" in out[1]["content"]
+    assert "outil=inconnu" in str(out[1]["content"])
 
 
 def test_custom_template() -> None:
@@ -234,7 +242,7 @@ def test_keep_last_k_none_in_policy_is_off() -> None:
     h = turns(3)
     policy = MaskPolicy(enabled=True, window_turns=1, keep_last_k_per_tool=None)
     out = mask_old_tool_results(to_openai(h), policy)
-    assert out[2]["content"].startswith("[Observation")
+    assert str(out[2]["content"]).startswith("[Observation")
 
 
 # -- enabled / disabled --------------------------------------------------------------------
@@ -305,11 +313,16 @@ def test_batched_masking_is_stable_as_the_history_grows() -> None:
     assert 4 <= jumps <= 6  # about 27 / 5, never once per turn
 
 
-def test_clear_at_least_waits_for_enough_tokens() -> None:
+def test_clear_at_least_waits_for_enough_tokens_freed() -> None:
+    # Freed is a result's tokens minus its rendered placeholder's (ids c0..c9 render alike):
+    # counting the whole result, as before, moved the boundary about twice as often here.
     counter = HeuristicTokenCounter()
-    result = tool("c", "x" * 173)
-    threshold = 4 * counter.count_message(result)  # exactly four results' worth
-    for n in range(2, 20):
+    result = tool("c1", "x" * 173)
+    text = PH.format(tool_call_id="c1", tool_name="ls", original_chars=173)
+    freed = counter.count_message(result) - counter.count_message(result.replace(content=text))
+    assert 0 < 4 * freed < 3 * counter.count_message(result)
+    threshold = 4 * freed  # exactly four results' worth
+    for n in range(2, 11):
         h = [user("go")]
         for k in range(n):
             h += [assistant(None, call(f"c{k}")), tool(f"c{k}", "x" * 173)]
@@ -368,25 +381,55 @@ def test_template_that_cannot_be_formatted_is_rejected() -> None:
 # -- never longer (the one deviation from seed 001) ------------------------------------------
 
 
-def test_result_not_longer_than_its_placeholder_is_kept() -> None:
-    # Around the boundary, for the default French template and a custom short one: a result
-    # is masked exactly when it is longer than the placeholder that would replace it.
+def test_result_costing_no_more_than_its_placeholder_is_kept() -> None:
+    # Around the boundary, for the default French template and a custom short one, in ASCII
+    # and in Chinese: a result is masked exactly when it costs more tokens than the
+    # placeholder that would replace it (the heuristic: about 3.25 ASCII characters a token,
+    # 1.3 tokens a Chinese character), not when it is longer in characters.
+    counter = HeuristicTokenCounter()
+    decided = {True: 0, False: 0}
     for template in (PH, "[masked {tool_name} {original_chars}]"):
-        for size in range(5, 130):
-            h = turns(2)
-            h[2] = tool("c0_0", "y" * size)
-            rendered = template.format(tool_call_id="c0_0", tool_name="ls", original_chars=size)
-            changed = mask_both(h, window_turns=1, placeholder_template=template)
-            assert (2 in changed) == (size > len(rendered)), (template, size)
-            assert 4 not in changed  # the window's result
+        for size in range(5, 400, 3):
+            for text in ("y" * size, "表" * (size // 3)):
+                h = turns(2)
+                h[2] = tool("c0_0", text)
+                rendered = template.format(
+                    tool_call_id="c0_0", tool_name="ls", original_chars=len(text)
+                )
+                shrinks = counter.count_text(text) > counter.count_text(rendered)
+                decided[shrinks] += 1
+                changed = mask_both(h, window_turns=1, placeholder_template=template)
+                assert (2 in changed) == shrinks, (template, text)
+                assert 4 not in changed  # the window's result
+    assert decided[True] > 50
+    assert decided[False] > 50
+    # Longer in characters than the French placeholder (87) yet cheaper (28 < 29): kept.
+    h = turns(2)
+    h[2] = tool("c0_0", "y" * 90)
+    assert mask_both(h, window_turns=1) == []
 
 
-def test_masking_never_lengthens_a_result_on_the_traces() -> None:
-    from tests.traces import load_trace, trace_names
+@pytest.mark.parametrize("counter", [HeuristicTokenCounter(), TiktokenCounter()])
+def test_masking_never_makes_a_trace_result_bigger_under_the_counter(
+    counter: TokenCounter,
+) -> None:
+    strategy = Schema1Masking(window_turns=1)
+    masked_count = 0
+    for name in trace_names():
+        history = from_openai(load_trace(name))
+        out = strategy.mask(history, token_counter=counter)
+        for before, after in zip(history, out or history, strict=True):
+            if before is not after:
+                masked_count += 1
+                assert counter.count_message(after) < counter.count_message(before), name
+    assert masked_count > 100
 
+
+def test_the_dict_function_never_makes_a_trace_result_bigger() -> None:
+    count = HeuristicTokenCounter().count_text
     for name in trace_names():
         raw = load_trace(name)
         out = mask_old_tool_results(raw, MaskPolicy(enabled=True, window_turns=1))
         for before, after in zip(raw, out, strict=True):
             if before is not after:
-                assert len(after["content"]) < len(before["content"]), name
+                assert count(str(after["content"])) < count(before["content"]), name

@@ -15,6 +15,7 @@ from ._shared import (
     SET_EXTRA,
     SET_FIELDS_SET,
     SET_PRIVATE,
+    PlaceholderCost,
     batched_boundary,
     check_int,
     group_results,
@@ -23,7 +24,7 @@ from ._shared import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Container, Sequence
+    from collections.abc import Callable, Container, Sequence
 
     from .._contract import CompactionContext
 
@@ -37,16 +38,20 @@ class ToolResultHiding:
     that answer one of its calls; parallel calls are one group, hidden or kept whole. Only the
     ``content`` of old tool messages changes (string or list content alike); ids, calls, order
     and every other message stay as they are. Results already showing the placeholder are
-    left alone, so a second run on the output returns ``None``. A string result no longer
-    than the placeholder is left alone too: hiding it would make the prompt bigger.
+    left alone, so a second run on the output returns ``None``. So is a result that costs no
+    more tokens than the placeholder under the context's token counter: hiding never makes a
+    result bigger (the default placeholder is 32 characters but ~15 heuristic tokens, as much
+    as ~48 ASCII characters). Only results short enough for that to be possible are counted
+    (see :class:`~._shared.PlaceholderCost`), so hiding stays about as fast as copying.
 
     Args:
         preserve_recent_n: How many of the newest groups keep their results.
         placeholder: The text that replaces a hidden result.
         batch_turns: When > 0, the number of hidden groups moves only in multiples of this,
             so the prompt prefix (and the provider's cache of it) stays stable between moves.
-        clear_at_least: When > 0, hide more only where the tokens newly hidden, counted from
-            the oldest group, cross a multiple of this (Anthropic's ``clear_at_least`` idea).
+        clear_at_least: When > 0, hide more only where the tokens freed (each result's
+            tokens minus its placeholder's), counted from the oldest group, cross a multiple
+            of this (Anthropic's ``clear_at_least`` idea).
 
     Raises:
         ConfigError: A negative count or a non-string placeholder.
@@ -54,7 +59,7 @@ class ToolResultHiding:
     Example:
         >>> from ctxcompact import Message, ToolCall
         >>> h = [Message.assistant(None, tool_calls=[ToolCall(id="a", name="ls", arguments="{}")]),
-        ...      Message.tool("a", "a big output, longer than the placeholder")]
+        ...      Message.tool("a", "a big output, longer than the placeholder in tokens too")]
         >>> ToolResultHiding(preserve_recent_n=0).hide(h)[1].content
         '<system>历史 tool_call已隐藏</system>'
     """
@@ -87,10 +92,19 @@ class ToolResultHiding:
     def hide(
         self, history: Sequence[Message], *, token_counter: TokenCounter | None = None
     ) -> list[Message] | None:
-        """The synchronous core of :meth:`compact` (``token_counter`` serves ``clear_at_least``)."""
+        """The synchronous core of :meth:`compact` (the heuristic when ``token_counter`` is
+        ``None``)."""
         if not (self.batch_turns or self.clear_at_least):
+            cost = PlaceholderCost(token_counter or HeuristicTokenCounter())
+            placeholder = self.placeholder
+            tokens = cost.tokens(placeholder)
             return _hide_before(
-                history, old_groups_end(history, self.preserve_recent_n), self.placeholder
+                history,
+                old_groups_end(history, self.preserve_recent_n),
+                placeholder,
+                cost.char_bound(tokens),
+                cost.ascii_by_length,
+                lambda message: cost.saved(message, placeholder, tokens) > 0,
             )
         indices = self.hidden_indices(history, token_counter=token_counter)
         if not indices:
@@ -102,51 +116,89 @@ class ToolResultHiding:
         self, history: Sequence[Message], *, token_counter: TokenCounter | None = None
     ) -> list[int]:
         """Indices of the tool messages :meth:`hide` would replace, oldest first."""
+        cost = PlaceholderCost(token_counter or HeuristicTokenCounter())
+        tokens = cost.tokens(self.placeholder)
         if not (self.batch_turns or self.clear_at_least):
             # The common case, in one tight pass (no group objects): see the benchmark.
             stop = old_groups_end(history, self.preserve_recent_n)
-            return [i for i in group_results(history, stop) if not self._hidden(history[i])]
+            bound = cost.char_bound(tokens)
+            return [
+                i
+                for i in group_results(history, stop)
+                if self._saved(history[i], cost, tokens, bound) > 0
+            ]
         groups = tool_groups(history)
         boundary = len(groups) - self.preserve_recent_n
         if boundary <= 0:
             return []
-        counter = token_counter or HeuristicTokenCounter()
+        # Each old group's results to hide, with the tokens each frees: computed once, both
+        # to place the boundary and to list the indices. Long results are counted only for
+        # ``clear_at_least``, which needs what each frees.
+        limit = None if self.clear_at_least else cost.char_bound(tokens)
+        hideable = [self._to_hide(history, g, cost, tokens, limit) for g in groups[:boundary]]
         boundary = batched_boundary(
             boundary,
             batch_turns=self.batch_turns,
             clear_at_least=self.clear_at_least,
-            unit_tokens=lambda k: sum(
-                counter.count_message(history[i]) for i in self._to_hide(history, groups[k])
-            ),
+            unit_tokens=lambda k: sum(saved for _, saved in hideable[k]),
         )
-        out: list[int] = []
-        for group in groups[:boundary]:
-            out.extend(self._to_hide(history, group))
+        return [i for group in hideable[:boundary] for i, _ in group]
+
+    def _to_hide(
+        self,
+        history: Sequence[Message],
+        group: ToolGroup,
+        cost: PlaceholderCost,
+        tokens: int,
+        bound: int | None,
+    ) -> list[tuple[int, int]]:
+        """``(index, tokens freed)`` for each result of ``group`` worth hiding."""
+        out = []
+        for i in group.result_indices:
+            saved = self._saved(history[i], cost, tokens, bound)
+            if saved > 0:
+                out.append((i, saved))
         return out
 
-    def _to_hide(self, history: Sequence[Message], group: ToolGroup) -> list[int]:
-        return [i for i in group.result_indices if not self._hidden(history[i])]
-
-    def _hidden(self, message: Message) -> bool:
-        """Already hidden, or too short for hiding to save anything."""
+    def _saved(
+        self, message: Message, cost: PlaceholderCost, tokens: int, bound: int | None
+    ) -> int:
+        """Tokens freed by hiding ``message``: 0 if already hidden, 1 (uncounted) for a string
+        longer than ``bound`` characters (``None``: count every result)."""
         content = message.content
-        if type(content) is str and len(content) <= len(self.placeholder):
-            return True
-        return (
+        placeholder = self.placeholder
+        if type(content) is str:
+            if content == placeholder:
+                return 0
+            if bound is not None and len(content) > bound:
+                return 1
+        elif (
             isinstance(content, tuple)
             and len(content) == 1
             and isinstance(content[0], TextPart)
-            and content[0].text == self.placeholder
-        )
+            and content[0].text == placeholder
+        ):
+            return 0
+        return cost.saved(message, placeholder, tokens)
 
 
-def _hide_before(history: Sequence[Message], stop: int, placeholder: str) -> list[Message] | None:
+def _hide_before(
+    history: Sequence[Message],
+    stop: int,
+    placeholder: str,
+    bound: int,
+    ascii_by_length: bool,
+    shrinks: Callable[[Message], bool],
+) -> list[Message] | None:
     """Hide every result of the groups that start before ``stop``, in one fused pass.
 
     The same result as :meth:`ToolResultHiding.hidden_indices` plus
     :func:`~._shared.rewrite_contents`, written as one loop because hiding must cost little
     more than copying the list (``benchmarks/bench_strategies.py``): the group scan of
-    :func:`~._shared.group_results`, the already-hidden test and the copy, all inline.
+    :func:`~._shared.group_results`, the already-hidden test and the copy, all inline. A
+    string result longer than ``bound`` characters is hidden uncounted, a shorter ASCII one
+    is kept uncounted when ``ascii_by_length``; any other is hidden only if ``shrinks`` says
+    the placeholder costs fewer tokens.
     Fields are read from each message's ``__dict__`` (one attribute lookup, then dictionary
     lookups), a tool message is recognised by its ``tool_call_id`` before its role is compared,
     and a single call's id is compared directly instead of through a one-element tuple.
@@ -163,19 +215,25 @@ def _hide_before(history: Sequence[Message], stop: int, placeholder: str) -> lis
     str_, tuple_ = str, tuple
     one: str | None = None  # the id of the current group's call, when it has only one
     many: Container[str] = ()  # the ids of the current group's calls, when parallel
-    short = len(placeholder)  # a result this short (or the placeholder itself) stays as it is
     for i, message in zip(range(stop), history, strict=False):
         fields = message.__dict__
         call_id = fields["tool_call_id"]
         if call_id is not None and (call_id == one or call_id in many) and fields["role"] == "tool":
             content = fields["content"]
             kind = type(content)
-            if (kind is str_ and len(content) <= short) or (
+            if kind is str_:
+                if len(content) <= bound and (
+                    content == placeholder
+                    or (ascii_by_length and content.isascii())
+                    or not shrinks(message)
+                ):
+                    continue
+            elif (
                 kind is tuple_
                 and len(content) == 1
                 and isinstance(content[0], TextPart)
                 and content[0].text == placeholder
-            ):
+            ) or not shrinks(message):
                 continue
             if out is None:
                 out = list(history)

@@ -6,9 +6,10 @@ each tool, orphans and non-string content are left alone. Turns are positional: 
 belongs to the assistant message right before its run of tool messages, never to another
 message that happens to re-use its id.
 
-The one deviation from seed 001 to the letter: a result whose string content is not longer
-(in characters) than its rendered placeholder is left alone, since masking it would make the
-prompt bigger. So masking never replaces a result with a longer text.
+The one deviation from seed 001 to the letter: a result that costs no more tokens than its
+rendered placeholder (under the context's token counter; the heuristic for
+:func:`mask_old_tool_results`) is left alone, since masking it would make the prompt bigger.
+So masking never makes a result bigger in tokens.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from ._shared import (
     SET_FIELDS_SET,
     SET_PRIVATE,
     UNKNOWN_TOOL_NAME,
+    PlaceholderCost,
     batched_boundary,
     call_names,
     check_int,
@@ -83,7 +85,7 @@ def _mask_plan(
     policy: MaskPolicy,
     *,
     flagged: Callable[[int], bool],
-    count: Callable[[Message], int],
+    cost: PlaceholderCost,
 ) -> list[tuple[int, str]]:
     """``(index, placeholder)`` for every tool result to mask, oldest first."""
     groups = tool_groups(history)
@@ -106,7 +108,11 @@ def _mask_plan(
                     keep.add(i)
                     seen[name] = n + 1
 
-    def maskable(g_index: int) -> list[tuple[int, str]]:
+    # Exact counts only serve clear_at_least; otherwise cost.shrinks counts as little as it can.
+    count_all = policy.clear_at_least > 0
+
+    def maskable(g_index: int) -> list[tuple[int, str, int]]:
+        """``(index, placeholder, tokens freed)`` for each result of the group to mask."""
         out = []
         for i in groups[g_index].result_indices:
             msg = history[i]
@@ -120,24 +126,28 @@ def _mask_plan(
             text = render_placeholder(
                 template, tool_call_id=call_id, tool_name=name, chars=len(content)
             )
-            if len(content) <= len(text):
-                continue  # masking it would make the prompt bigger, not smaller
+            if count_all:
+                saved = cost.saved(msg, text, cost.tokens(text))
+                if saved <= 0:
+                    continue  # masking it would make the prompt bigger, not smaller
+            elif cost.shrinks(msg, text):
+                saved = 1  # positive; the amount only matters to clear_at_least
+            else:
+                continue
             if policy.keep_errors and (flagged(i) or looks_like_error(content)):
                 continue
-            out.append((i, text))
+            out.append((i, text, saved))
         return out
 
+    per_group = [maskable(g_index) for g_index in range(boundary)]
     if policy.batch_turns > 0 or policy.clear_at_least > 0:
         boundary = batched_boundary(
             boundary,
             batch_turns=policy.batch_turns,
             clear_at_least=policy.clear_at_least,
-            unit_tokens=lambda g: sum(count(history[i]) for i, _ in maskable(g)),
+            unit_tokens=lambda g: sum(saved for _, _, saved in per_group[g]),
         )
-    plan: list[tuple[int, str]] = []
-    for g_index in range(boundary):
-        plan.extend(maskable(g_index))
-    return plan
+    return [(i, text) for group in per_group[:boundary] for i, text, _ in group]
 
 
 def _bare(cls: type[_M], fields: dict[str, object]) -> _M:
@@ -205,8 +215,9 @@ def mask_old_tool_results(messages: list[ChatMessage], policy: MaskPolicy) -> li
     Disabled (or ``window_turns <= 0``), it returns ``messages`` itself. Otherwise a new list
     holding the same dict objects, except masked tool messages, which are new dicts with only
     ``content`` changed. The input list and its dicts are never modified. Unlike the seed to
-    the letter, a result not longer than its rendered placeholder is kept as it is (masking
-    it would lengthen the prompt); see :class:`Schema1Masking`.
+    the letter, a result costing no more tokens (:class:`~ctxcompact.HeuristicTokenCounter`)
+    than its rendered placeholder is kept as it is (masking it would lengthen the prompt);
+    see :class:`Schema1Masking`.
 
     Example:
         >>> def turn(i):
@@ -233,7 +244,7 @@ def mask_old_tool_results(messages: list[ChatMessage], policy: MaskPolicy) -> li
         raw = messages[i]
         return isinstance(raw, Mapping) and raw.get("is_error") is True
 
-    plan = _mask_plan(skeleton, policy, flagged=flagged, count=counter.count_message)
+    plan = _mask_plan(skeleton, policy, flagged=flagged, cost=PlaceholderCost(counter))
     out = list(messages)
     for i, text in plan:
         out[i] = {**messages[i], "content": text}
@@ -247,9 +258,9 @@ class Schema1Masking:
     (``{tool_call_id}``, ``{tool_name}``, ``{original_chars}``). Kept whole: results of the
     window, results that look like errors (``keep_errors``), the last ``keep_last_k_per_tool``
     results of each tool, orphan results, non-string (list) content, results already masked,
-    and results no longer (in characters) than their rendered placeholder, which masking
-    would only lengthen (the one deviation from seed 001). Only ``content`` changes; a second
-    run on the output returns ``None``.
+    and results that cost no more tokens than their rendered placeholder under the context's
+    token counter, which masking would only lengthen (the one deviation from seed 001). Only
+    ``content`` changes; a second run on the output returns ``None``.
 
     Args:
         enabled: ``False`` makes :meth:`compact` return ``None`` (a rollback switch).
@@ -259,7 +270,8 @@ class Schema1Masking:
         placeholder_template: Format string over the three fields above.
         batch_turns: When > 0, move the masked boundary by multiples of this many turns.
         clear_at_least: When > 0, move it only where it frees a further multiple of this many
-            tokens (counted from the oldest turn), so the cached prompt prefix stays put.
+            tokens (each result's tokens minus its placeholder's, counted from the oldest
+            turn), so the cached prompt prefix stays put.
 
     Raises:
         ConfigError: A negative count or a template with unknown fields.
@@ -324,14 +336,19 @@ class Schema1Masking:
     def mask(
         self, history: Sequence[Message], *, token_counter: TokenCounter | None = None
     ) -> list[Message] | None:
-        """The synchronous core of :meth:`compact`."""
+        """The synchronous core of :meth:`compact` (the heuristic when ``token_counter`` is
+        ``None``)."""
         policy = self.policy
         if not policy.enabled or policy.window_turns <= 0:
             return None
-        counter = token_counter or HeuristicTokenCounter()
-        plan = _mask_plan(
-            history, policy, flagged=lambda i: history[i].is_error, count=counter.count_message
-        )
+        cost = PlaceholderCost(token_counter or HeuristicTokenCounter())
+
+        def flagged(i: int) -> bool:
+            # The flag lives in the extras; most results have none, so skip the property.
+            message = history[i]
+            return bool(message.__pydantic_extra__) and message.is_error
+
+        plan = _mask_plan(history, policy, flagged=flagged, cost=cost)
         if not plan:
             return None
         return rewrite_contents(history, plan)

@@ -7,6 +7,7 @@ heuristic lives in :mod:`._errors`.
 
 from __future__ import annotations
 
+import math
 import re
 import string
 from functools import lru_cache
@@ -14,19 +15,24 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel
 
+from .._messages import Message
+from .._tokens import HeuristicTokenCounter, TiktokenCounter
 from ..exceptions import ConfigError
 from ._errors import is_error_result  # re-exported: benchmarks/bench_replay.py imports it here
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Collection, Iterable, Sequence
 
-    from .._messages import Message
+    from .._tokens import TokenCounter
 
 __all__ = [
+    "HEURISTIC_TOKENS_PER_EXTRA_BYTE",
     "HIDDEN_PLACEHOLDER",
+    "MAX_CHARS_PER_TOKEN",
     "SCHEMA1_FIELDS",
     "SCHEMA1_PLACEHOLDER",
     "UNKNOWN_TOOL_NAME",
+    "PlaceholderCost",
     "batched_boundary",
     "call_names",
     "check_int",
@@ -166,6 +172,116 @@ def placeholder_pattern(template: str) -> re.Pattern[str]:
             # Any rendering: format specs (``{original_chars:,}``) change how a value looks.
             out.append(r"[^\n]*?")
     return re.compile("".join(out), re.DOTALL)
+
+
+# -- what a placeholder saves -----------------------------------------------------------------
+
+MAX_CHARS_PER_TOKEN = 16
+"""Characters per token no real text exceeds, for counters other than the heuristic.
+
+Tokenizers average 3 to 5 characters per token; only long runs of one character (spaces,
+``=``) pack more. A string result longer than this many characters per token of the
+placeholder is taken to cost more than the placeholder without being counted."""
+
+
+HEURISTIC_TOKENS_PER_EXTRA_BYTE = 1.3
+"""The most a non-ASCII character costs under the heuristic, per UTF-8 byte beyond its first:
+1.3 for a two-byte character of the scripts after Cyrillic, at most 1.0 for any other
+(``tests/test_strategy_shared.py`` checks every character against the counter)."""
+
+
+class PlaceholderCost:
+    """What replacing a tool result's content with a placeholder saves, under one counter.
+
+    Hiding must never make a result bigger in tokens, so every verdict is in the counter's
+    tokens, not in characters (a 32-character Chinese placeholder costs as much as ~48 ASCII
+    characters under the heuristic). Counting every result would make hiding several times
+    slower, so a string result is counted only when it is at most :meth:`char_bound`
+    characters long; above that it surely costs more than the placeholder. For the two
+    built-in counters, which count a message as an overhead plus its texts, only the texts
+    are counted (the rest is the same before and after); any other counter counts the whole
+    message both ways.
+
+    Args:
+        counter: The context's token counter.
+
+    Example:
+        >>> cost = PlaceholderCost(HeuristicTokenCounter())
+        >>> cost.tokens("<hidden>"), cost.char_bound(cost.tokens("<hidden>"))
+        (3, 9)
+    """
+
+    __slots__ = ("_counter", "_cpt", "_rate", "_text_tokens", "ascii_by_length")
+
+    def __init__(self, counter: TokenCounter) -> None:
+        self._counter = counter
+        self._text_tokens: Callable[[str], int] | None = None
+        self._rate = float(MAX_CHARS_PER_TOKEN)
+        self._cpt = 0.0  # the heuristic's chars_per_token
+        self.ascii_by_length = False
+        """Whether an ASCII string result saves tokens exactly when it is longer than
+        :meth:`char_bound` (the heuristic's ASCII cost depends on the length alone), so the
+        fast path need not count it."""
+        # Exact types only: a subclass may count a message some other way.
+        kind = type(counter)
+        if isinstance(counter, TiktokenCounter) and kind is TiktokenCounter:
+            self._text_tokens = counter.count_text
+        elif isinstance(counter, HeuristicTokenCounter) and kind is HeuristicTokenCounter:
+            self._text_tokens = counter.count_text
+            # Its ASCII rate is exact, and any other character costs at least one token.
+            self._cpt = counter.chars_per_token
+            self._rate = max(self._cpt, 1.0)
+            self.ascii_by_length = self._rate == counter.chars_per_token
+
+    def tokens(self, placeholder: str) -> int:
+        """The placeholder's cost, in the unit :meth:`saved` and :meth:`char_bound` take."""
+        if self._text_tokens is not None:
+            return self._text_tokens(placeholder)
+        return self._counter.count_message(Message.tool("", placeholder))
+
+    def shrinks(self, message: Message, placeholder: str) -> bool:
+        """Whether ``placeholder`` as content costs fewer tokens than ``message``'s content.
+
+        The same verdict as ``saved(message, placeholder, tokens(placeholder)) > 0``,
+        counting as little as it can, for a placeholder rendered anew for each result (Schema
+        1), where counting each exactly would cost more than the rest of masking. A tiktoken
+        token is at least one UTF-8 byte. Under the heuristic an ASCII character costs
+        ``1 / chars_per_token`` and any other at least that, and at most
+        :data:`HEURISTIC_TOKENS_PER_EXTRA_BYTE` per byte its UTF-8 encoding has beyond the
+        first: so cheap bounds of the placeholder's cost settle most results.
+        """
+        content = message.content
+        text_tokens = self._text_tokens
+        if text_tokens is None or type(content) is not str:
+            return self.saved(message, placeholder, 0) > 0  # counts the whole message
+        size = len(placeholder.encode("utf-8", "surrogatepass"))
+        if not self._cpt:  # tiktoken: at most one token a byte
+            if len(content) > self._rate * size:
+                return True
+            return text_tokens(content) > text_tokens(placeholder)
+        cpt, length = self._cpt, len(placeholder)
+        most = math.ceil(length / cpt + HEURISTIC_TOKENS_PER_EXTRA_BYTE * (size - length))
+        if len(content) > self._rate * most:
+            return True
+        if self.ascii_by_length and content.isascii():
+            tokens = math.ceil(len(content) / cpt)  # text_tokens(content), without the call
+            if tokens <= math.ceil(length / cpt):  # the placeholder's least possible cost
+                return False
+            if tokens > most:
+                return True
+        return text_tokens(content) > text_tokens(placeholder)
+
+    def char_bound(self, placeholder_tokens: int) -> int:
+        """A string result longer than this costs more than the placeholder, uncounted."""
+        return int(self._rate * placeholder_tokens)
+
+    def saved(self, message: Message, placeholder: str, placeholder_tokens: int) -> int:
+        """Tokens freed by giving ``message`` the content ``placeholder`` (``<= 0``: none)."""
+        content = message.content
+        if self._text_tokens is not None and type(content) is str:
+            return self._text_tokens(content) - placeholder_tokens
+        count = self._counter.count_message
+        return count(message) - count(with_content(message, placeholder))
 
 
 # -- groups -----------------------------------------------------------------------------------
