@@ -149,7 +149,7 @@ class CompactionController:
         The strategy is ``[compaction] strategy`` loaded with ``[compaction.params]`` (unless
         ``strategy`` is given), offered the LLM (``llm``, else one built from
         ``[compaction.llm]``), the token counter and the config as dependencies; transforms
-        are ``[tool_result_truncation]``, ``[observation_masking.schema1]`` and then
+        are ``[observation_masking.schema1]``, ``[tool_result_truncation]`` and then
         ``[context_guard]`` (window: the controller's ``max_context_size``), each when
         enabled; the counter follows ``[token_counting]`` unless ``token_counter`` is given.
         ``max_context_size`` given here overrides the config's.
@@ -184,7 +184,9 @@ class CompactionController:
                 offered[LLMProtocol] = llm
             offered.update(dependencies or {})
             strategy = load_strategy(comp.strategy, dependencies=offered, params=comp.params)
-        transforms = _transforms_from_config(config, size)
+        from ._transforms import transforms_from_config
+
+        transforms = transforms_from_config(config, size)
         try:
             return cls(
                 strategy,
@@ -429,43 +431,3 @@ class CompactionController:
                 tokens,
             )
         return list(current)
-
-
-def _transforms_from_config(config: Config, max_context_size: int) -> list[CompactionStrategy]:
-    from .strategies._guard import ContextGuard
-    from .strategies._schema1 import Schema1Masking
-    from .strategies._truncation import ToolResultTruncation
-
-    transforms: list[CompactionStrategy] = []
-    where = str(config.path) if config.path else None
-    truncation = config.tool_result_truncation
-    schema1 = config.observation_masking.schema1
-    guard = config.context_guard
-    try:
-        # Masking first, so a masked result's placeholder gives its original size; then
-        # truncation of what is still there in full; then the guard (below).
-        if schema1.enabled:
-            table = "observation_masking.schema1"
-            transforms.append(Schema1Masking(**schema1.model_dump()))
-        if truncation.enabled:
-            table = "tool_result_truncation"
-            transforms.append(
-                ToolResultTruncation(
-                    max_chars=truncation.max_chars,
-                    head_chars=truncation.head_chars,
-                    tail_chars=truncation.tail_chars,
-                )
-            )
-        if guard.enabled:
-            # Last: it only drops what still does not fit after masking and truncation. The
-            # window is explicit, so only reserve_tokens is kept free (not the controller's
-            # reserved_context_size, which is about when to compact, not what fits).
-            table = "context_guard"
-            params = guard.model_dump(exclude={"enabled"})
-            transforms.append(ContextGuard(context_window=max_context_size, **params))
-    except ConfigError as exc:
-        # The strategy names its own parameter; say which table of the file it is in.
-        message = str(exc).split(": ", 1)[-1] if exc.key else str(exc)
-        key = f"{table}.{exc.key}" if exc.key else table
-        raise ConfigError(message, path=where, key=key) from exc
-    return transforms
