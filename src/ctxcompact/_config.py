@@ -219,13 +219,18 @@ class TruncationConfig(_Table):
     @_field_validator("tail_chars")
     @classmethod
     def _fits(cls, value: int, info: Any) -> int:
-        head, maximum = info.data.get("head_chars"), info.data.get("max_chars")
-        if head is not None and maximum is not None and head + value >= maximum:
-            raise ValueError(
-                f"head_chars + tail_chars ({head} + {value}) must be below max_chars "
-                f"({maximum}), or a cut result would not be shorter"
-            )
-        return value
+        return _head_tail_fit(info.data, value, "max_chars")
+
+
+def _head_tail_fit(data: dict[str, Any], tail: int, limit: str) -> int:
+    """``tail`` when ``head_chars + tail`` is below the ``limit`` key's value (if both are set)."""
+    head, maximum = data.get("head_chars"), data.get(limit)
+    if head is not None and maximum is not None and head + tail >= maximum:
+        raise ValueError(
+            f"head_chars + tail_chars ({head} + {tail}) must be below {limit} ({maximum}), "
+            "or a cut result would not be shorter"
+        )
+    return tail
 
 
 class ContextGuardConfig(_Table):
@@ -250,13 +255,7 @@ class ContextGuardConfig(_Table):
     @_field_validator("tail_chars")
     @classmethod
     def _fits(cls, value: int, info: Any) -> int:
-        head, maximum = info.data.get("head_chars"), info.data.get("max_tool_result_chars")
-        if head is not None and maximum is not None and head + value >= maximum:
-            raise ValueError(
-                f"head_chars + tail_chars ({head} + {value}) must be below "
-                f"max_tool_result_chars ({maximum}), or a cut result would not be shorter"
-            )
-        return value
+        return _head_tail_fit(info.data, value, "max_tool_result_chars")
 
 
 class TokenCountingConfig(_Table):
