@@ -23,7 +23,7 @@ from pathlib import Path
 
 from ctxcompact import CompactionController, HeuristicTokenCounter, Message, tool_groups
 from ctxcompact.cli._io import read_conversation
-from ctxcompact.cli._replay import MemoCounter, ReplayStats, replay
+from ctxcompact.replay import MemoCounter, ReplayStats, replay
 from ctxcompact.strategies import (
     ContextGuard,
     Schema1Masking,

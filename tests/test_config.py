@@ -274,11 +274,6 @@ def test_path_cannot_be_set_from_the_file(tmp_path: Path) -> None:
             "1 <= max_context_size",
         ),
         ("[compaction]\nmax_failures = 0", "compaction.max_failures", "1 <= max_failures"),
-        (
-            "[observation_masking.schema1]\nwindow_turns = 0",
-            "observation_masking.schema1.window_turns",
-            "1 <= window_turns",
-        ),
         ("[proxy]\nport = 70000", "proxy.port", "0 <= port <= 65535"),
         ("[proxy]\ntimeout = 0.0", "proxy.timeout", "0 < timeout"),
         ("[agent]\nmax_steps = 0", "agent.max_steps", "1 <= max_steps"),
@@ -384,13 +379,14 @@ def test_context_guard_table(tmp_path: Path) -> None:
     assert error.key == "context_guard.reserve_token"
     assert "did you mean 'reserve_tokens'?" in str(error)
     error = config_error(tmp_path, "[context_guard]\nreserve_tokens = -1\n")
-    assert "0 <= reserve_tokens" in str(error)
+    assert error.key == "context_guard.reserve_tokens"
+    assert "must be >= 0, got -1" in str(error)
     error = config_error(tmp_path, '[context_guard]\nenabled = "yes"\n')
     assert error.key == "context_guard.enabled"
     # head + tail checked even when only the maximum is written (the defaults are 2000 each).
     error = config_error(tmp_path, "[context_guard]\nmax_tool_result_chars = 4000\n")
-    assert error.key == "context_guard.tail_chars"
-    assert "(2000 + 2000) must be below max_tool_result_chars (4000)" in str(error)
+    assert error.key == "context_guard.head_chars"
+    assert "(2000 + 2000) must be below" in str(error)
     assert ContextGuardConfig(max_tool_result_chars=4001).tail_chars == 2000
 
 
@@ -398,7 +394,8 @@ def test_truncation_head_and_tail_must_fit(tmp_path: Path) -> None:
     error = config_error(
         tmp_path, "[tool_result_truncation]\nmax_chars = 100\nhead_chars = 60\ntail_chars = 40\n"
     )
-    assert error.key == "tool_result_truncation.tail_chars"
+    # The constructor's own check, run when the file loads: one home, one wording.
+    assert error.key == "tool_result_truncation.head_chars"
     assert "head_chars + tail_chars (60 + 40) must be below max_chars (100)" in str(error)
     assert TruncationConfig(max_chars=101, head_chars=60, tail_chars=40).max_chars == 101
 
@@ -423,10 +420,10 @@ def test_custom_placeholder_with_known_fields_is_accepted() -> None:
 @pytest.mark.parametrize(
     ("template", "expected"),
     [
-        ("[masked {tool}]", "unknown field(s) {tool}"),
-        ("[masked {0}]", "unknown field(s) {0}"),
-        ("[masked {tool_name.upper}]", "unknown field(s) {tool_name.upper}"),
-        ("[masked {tool_name]", "is not a valid template"),
+        ("[masked {tool}]", "unknown field(s) ['tool']"),
+        ("[masked {0}]", "unknown field(s) ['0']"),
+        ("[masked {tool_name.upper}]", "unknown field(s) ['tool_name.upper']"),
+        ("[masked {tool_name]", "invalid placeholder template"),
         ("[masked {original_chars:{tool_name}}]", "cannot be formatted"),
     ],
 )

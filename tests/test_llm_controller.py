@@ -56,11 +56,11 @@ async def test_a_failing_summarizer_keeps_the_history_and_reports_the_typed_erro
     before = history()
     snapshot = list(before)
 
-    result = await controller.maybe_compact(before, force=True)
+    compacted = await controller.compact(before, force=True)
+    result, event = compacted.history, compacted.event
 
     assert result is before
     assert before == snapshot
-    event = controller.last_event
     assert event is not None
     assert event.status == "failed"
     assert event.error is not None

@@ -92,9 +92,9 @@ async def test_llm_summary_runs_end_to_end_through_the_real_server(
         reserved_context_size=256,
     )
 
-    result = await controller.maybe_compact(before, force=True)
+    compacted = await controller.compact(before, force=True)
+    result, event = compacted.history, compacted.event
 
-    event = controller.last_event
     assert event is not None
     assert event.status == "compacted", event.error
     assert result[0] is before[0]
@@ -197,11 +197,12 @@ max_retries = 0
     assert isinstance(controller.llm, OpenAIChatLLM)
     before = coding_session()
     try:
-        result = await controller.maybe_compact(before, force=True)
+        compacted = await controller.compact(before, force=True)
     finally:
         await controller.llm.aclose()
 
-    assert controller.last_event is not None
-    assert controller.last_event.status == "compacted", controller.last_event.error
+    result, event = compacted.history, compacted.event
+    assert event is not None
+    assert event.status == "compacted", event.error
     assert result[1].text.startswith(SUMMARY_PREFIX)
     assert check_history(result) == []

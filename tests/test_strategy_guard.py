@@ -282,9 +282,10 @@ async def test_triggered_guard_brings_the_history_below_the_controllers_threshol
     )
     assert controller.should_compact(h)
     assert total <= max_context_size - 8192  # the old budget: a no-op
-    out = await controller.maybe_compact(h)
-    assert controller.last_event is not None
-    assert controller.last_event.status == "compacted"
+    result = await controller.compact(h)
+    out = result.history
+    assert result.event is not None
+    assert result.event.status == "compacted"
     assert out is not h
     assert not controller.should_compact(out)
     assert check_history(out) == []

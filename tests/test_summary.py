@@ -419,10 +419,11 @@ async def test_under_the_controller_a_failure_keeps_the_history_and_a_success_re
         reserved_context_size=100,
         llm=ScriptedLLM(RateLimitError("slow down", status_code=429)),
     )
-    assert await failing.maybe_compact(history, force=True) is history
-    assert failing.last_event is not None
-    assert failing.last_event.status == "failed"
-    assert "RateLimitError: slow down" in (failing.last_event.error or "")
+    failed = await failing.compact(history, force=True)
+    assert failed.history is history
+    assert failed.event is not None
+    assert failed.event.status == "failed"
+    assert "RateLimitError: slow down" in (failed.event.error or "")
 
     working = CompactionController(
         LLMSummary(),
@@ -430,9 +431,10 @@ async def test_under_the_controller_a_failure_keeps_the_history_and_a_success_re
         reserved_context_size=100,
         llm=ScriptedLLM("short summary"),
     )
-    out = await working.maybe_compact(history, force=True)
-    assert working.last_event is not None
-    assert working.last_event.status == "compacted"
+    result = await working.compact(history, force=True)
+    out = result.history
+    assert result.event is not None
+    assert result.event.status == "compacted"
     assert summary_text(out[1]) == "short summary"
     assert out[2] is history[8]
 

@@ -19,10 +19,18 @@ from ._contract import (
     CompactionOutput,
     CompactionStrategy,
     Completion,
+    Dependencies,
     ToolSpec,
     Usage,
 )
-from ._controller import CompactionController, CompactionEvent
+from ._controller import (
+    CompactionController,
+    CompactionEvent,
+    CompactionResult,
+    ControllerState,
+    PreparedRequest,
+    Step,
+)
 from ._groups import ToolGroup, tool_groups
 from ._loader import ParamInfo, StrategyInfo, list_strategies, load_strategy
 from ._messages import ImagePart, Message, RawPart, TextPart, ToolCall
@@ -30,6 +38,7 @@ from ._openai_format import from_openai, to_openai
 from ._tokens import HeuristicTokenCounter, TiktokenCounter, TokenCounter
 from ._tools import Tool, ToolResult, tool
 from ._validate import HistoryProblem, check_history
+from ._wiring import Wiring, wire
 
 try:
     __version__ = version("ctxcompact")
@@ -44,16 +53,21 @@ __all__ = [
     "CompactionEvent",
     "CompactionOutput",
     "CompactionRecord",
+    "CompactionResult",
     "CompactionStrategy",
     "Completion",
     "Config",
+    "ControllerState",
+    "Dependencies",
     "HeuristicTokenCounter",
     "HistoryProblem",
     "ImagePart",
     "LLMConfig",
     "Message",
     "ParamInfo",
+    "PreparedRequest",
     "RawPart",
+    "Step",
     "StrategyInfo",
     "TextPart",
     "TiktokenCounter",
@@ -64,6 +78,7 @@ __all__ = [
     "ToolResult",
     "ToolSpec",
     "Usage",
+    "Wiring",
     "__version__",
     "check_history",
     "from_anthropic",
@@ -75,4 +90,5 @@ __all__ = [
     "to_openai",
     "tool",
     "tool_groups",
+    "wire",
 ]

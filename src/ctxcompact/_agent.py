@@ -13,16 +13,21 @@ import asyncio
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
+from ._config import load_config
+from ._controller import CompactionController
+from ._defaults import DEFAULT_MAX_CONTEXT_SIZE, DEFAULT_MAX_STEPS, DEFAULT_RESERVED_CONTEXT_SIZE
 from ._messages import Message, ToolCall
 from ._tools import ERROR_PREFIX, Tool, ToolLike, ToolResult, as_tool
+from ._wiring import wire
 from .exceptions import ContextTooLongError, MaxStepsExceeded, UserError
+from .strategies._summary import LLMSummary
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Sequence
     from pathlib import Path
 
     from ._contract import LLM, CompactionStrategy, Completion, ToolSpec
-    from ._controller import CompactionController, CompactionEvent
+    from ._events import CompactionEvent
     from ._tokens import TokenCounter
     from .strategies._truncation import ToolResultTruncation
 
@@ -37,9 +42,6 @@ CONTINUE_PROMPT = (
     "Give your answer again, more concisely."
 )
 """Sent once per run when the model stops on ``finish_reason == "length"`` (seed 002, task 5)."""
-
-DEFAULT_MAX_CONTEXT_SIZE = 128_000
-DEFAULT_RESERVED_CONTEXT_SIZE = 50_000
 
 MAX_CONTEXT_RETRIES = 2
 """How many times a context-too-long error triggers a forced compaction and a retry."""
@@ -109,7 +111,7 @@ class Agent:
         trigger_ratio: float | None = None,
         token_counter: TokenCounter | None = None,
         transforms: Sequence[CompactionStrategy] = (),
-        max_steps: int = 50,
+        max_steps: int = DEFAULT_MAX_STEPS,
         max_tokens: int | None = None,
         tool_result_truncation: ToolResultTruncation | None = None,
         on_event: Callable[[CompactionEvent], object] | None = None,
@@ -129,7 +131,6 @@ class Agent:
         self.max_tokens = max_tokens
         self.tool_result_truncation = tool_result_truncation
         self.on_event = on_event
-        self._pending: list[CompactionEvent] = []
         self._running = False
         self._owned: list[LLM] = []  # models built by from_config, closed by aclose()
         if controller is not None:
@@ -149,15 +150,8 @@ class Agent:
                     "already has its strategy and limits"
                 )
             self.controller = controller
-            # The agent's transcript needs every event, also the ones of a ready controller.
-            previous = getattr(controller, "on_event", None)
-            controller.on_event = self._chain(previous)
         else:
-            from ._controller import CompactionController
-
             if compaction is None:
-                from .strategies._summary import LLMSummary
-
                 compaction = LLMSummary(llm)
             self.controller = CompactionController(
                 compaction,
@@ -173,7 +167,6 @@ class Agent:
                 token_counter=token_counter,
                 llm=llm,
                 transforms=tuple(transforms),
-                on_event=self._record_event,
             )
         self.history: list[Message] = []
         """The stored history, compacted: each request is this through the transforms."""
@@ -209,34 +202,31 @@ class Agent:
             ConfigError: The file is invalid, or no LLM is given or configured.
             StrategyLoadError: The strategy cannot be loaded.
         """
-        from ._agent_config import agent_from_config
-
-        return agent_from_config(cls, path, llm=llm, tools=tools, on_event=on_event)
+        config = load_config(path)
+        wiring = wire(config, llm=llm, agent=True)
+        assert wiring.agent_llm is not None  # wire(agent=True) finds one or raises
+        truncation = config.tool_result_truncation
+        agent = cls(
+            wiring.agent_llm,
+            tools=tools,
+            system_prompt=config.agent.system_prompt,
+            max_steps=config.agent.max_steps,
+            tool_result_truncation=truncation.build() if truncation.enabled else None,
+            on_event=on_event,
+            controller=CompactionController.from_wiring(wiring),
+        )
+        agent._owned = list(wiring.owned)
+        return agent
 
     # -- events -------------------------------------------------------------------------------
 
-    def _record_event(self, event: CompactionEvent) -> None:
-        self._pending.append(event)
+    def _record(self, event: CompactionEvent | None) -> None:
+        if event is None:
+            return
+        compacted = event.status == "compacted"
+        self.transcript.append(CompactionRecord(event, tuple(self.history) if compacted else None))
         if self.on_event is not None:
             self.on_event(event)
-
-    def _chain(
-        self, previous: Callable[[CompactionEvent], object] | None
-    ) -> Callable[[CompactionEvent], None]:
-        if previous is None or previous == self._record_event:
-            return self._record_event
-
-        def both(event: CompactionEvent) -> None:
-            previous(event)
-            self._record_event(event)
-
-        return both
-
-    def _flush_events(self, compacted: bool) -> None:
-        for event in self._pending:
-            keep = compacted and event.status == "compacted"
-            self.transcript.append(CompactionRecord(event, tuple(self.history) if keep else None))
-        self._pending.clear()
 
     async def aclose(self) -> None:
         """Close the models this agent built from a config file (not the ones passed in)."""
@@ -323,8 +313,7 @@ class Agent:
         self.steps += 1
         reply = completion.message
         self.add(reply)
-        if completion.usage is not None:
-            self.controller.observe_usage(completion.usage, self.history)
+        self.controller.observe_usage(completion.usage, self.history)
         if reply.tool_calls:
             self._add_results(await self._run_tools_answering_all(reply.tool_calls))
         return completion
@@ -332,39 +321,25 @@ class Agent:
     async def _call_model(self) -> Completion:
         error: ContextTooLongError | None = None
         for _ in range(MAX_CONTEXT_RETRIES + 1):
-            forced = error is not None
-            compacted = await self.controller.maybe_compact(self.history, force=forced)
-            changed = compacted is not self.history
-            if changed:
-                self.history = list(compacted)
-            self._flush_events(changed)
-            if error is not None and not changed:
+            step = await self.controller.step(
+                self.history, max_output_tokens=self.max_tokens, force=error is not None
+            )
+            if step.compacted:
+                self.history = list(step.history)
+            self._record(step.event)
+            if error is not None and not step.compacted:
                 # The forced compaction could not shrink the history: the same request
                 # would be refused again.
                 raise error
-            request = await self.controller.prepare_request(
-                self.history, max_output_tokens=self.max_tokens
-            )
-            self._flush_events(False)
             try:
                 return await self.llm.complete(
-                    request, tools=self.tool_specs or None, max_tokens=self.max_tokens
+                    step.request, tools=self.tool_specs or None, max_tokens=self.max_tokens
                 )
             except ContextTooLongError as exc:
                 # Reactive trigger: the provider knows its window better than our estimate.
                 error = exc
         assert error is not None
         raise error
-
-    async def run_tools(self, calls: Sequence[ToolCall]) -> list[Message]:
-        """Run the calls of one assistant message concurrently; one result message per call.
-
-        Unknown tools, invalid arguments and exceptions become error results (text starting
-        with ``"Error: "``) for the model to read; results come back in the order of the calls.
-        The results are returned as the tools produced them (not truncated).
-        """
-        results = await asyncio.gather(*(self._run_one(c) for c in calls))
-        return list(results)
 
     async def _run_tools_answering_all(self, calls: Sequence[ToolCall]) -> list[Message]:
         tasks = [asyncio.ensure_future(self._run_one(c)) for c in calls]

@@ -10,18 +10,27 @@ from __future__ import annotations
 
 import os
 import re
-import string
 import sys
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
 from pydantic import field_validator as _field_validator
 
 from ._config_errors import config_error, field_error
+from ._config_tables import TransformTable, transform_table
+from ._defaults import (
+    DEFAULT_MAX_FAILURES,
+    DEFAULT_MAX_STEPS,
+    DEFAULT_MIN_PROGRESS,
+    DEFAULT_RESERVED_CONTEXT_SIZE,
+    TRIGGER_RATIO_RANGE,
+)
 from ._loader import spec_problem
 from .exceptions import ConfigError
-from .strategies._shared import SCHEMA1_FIELDS, SCHEMA1_PLACEHOLDER
+from .strategies._guard import ContextGuard
+from .strategies._schema1 import Schema1Masking
+from .strategies._truncation import ToolResultTruncation
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -46,8 +55,6 @@ DEFAULT_STRATEGY = "ctxcompact.strategies:LLMSummary"
 DEFAULT_KEY_ENV = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY"}
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-
-DEFAULT_RESERVED = 50_000
 
 
 class _Table(BaseModel):
@@ -124,10 +131,13 @@ class CompactionConfig(_Table):
 
     strategy: str = DEFAULT_STRATEGY
     max_context_size: int | None = Field(default=None, ge=1)
-    reserved_context_size: int = Field(default=DEFAULT_RESERVED, ge=0)
-    trigger_ratio: float | None = Field(default=None, ge=0.5, le=0.99)
-    min_progress: float = Field(default=0.1, ge=0.0, lt=1.0)
-    max_failures: int = Field(default=3, ge=1)
+    reserved_context_size: int = Field(default=DEFAULT_RESERVED_CONTEXT_SIZE, ge=0)
+    trigger_ratio: float | None = Field(
+        default=None, ge=TRIGGER_RATIO_RANGE[0], le=TRIGGER_RATIO_RANGE[1]
+    )
+    max_messages: int | None = Field(default=None, ge=1)
+    min_progress: float = Field(default=DEFAULT_MIN_PROGRESS, ge=0.0, lt=1.0)
+    max_failures: int = Field(default=DEFAULT_MAX_FAILURES, ge=1)
     params: dict[str, object] = Field(default_factory=dict)
     llm: LLMConfig | None = None
 
@@ -149,7 +159,7 @@ class CompactionConfig(_Table):
             got = (
                 f"got {reserved}"
                 if "reserved_context_size" in self.model_fields_set
-                else f"it is not set, and the default is {DEFAULT_RESERVED}"
+                else f"it is not set, and the default is {DEFAULT_RESERVED_CONTEXT_SIZE}"
             )
             raise field_error(
                 type(self),
@@ -161,101 +171,41 @@ class CompactionConfig(_Table):
         return self
 
 
-class Schema1Config(_Table):
-    """``[observation_masking.schema1]``: Schema 1 masking, applied to every request.
+if TYPE_CHECKING:
+    # Built at run time from the strategies' signatures; to the type checker they are the
+    # common base (code reads them through params(), build() and enabled).
+    Schema1Config = TransformTable
+    TruncationConfig = TransformTable
+    ContextGuardConfig = TransformTable
+else:
+    Schema1Config = transform_table(
+        "Schema1Config",
+        Schema1Masking,
+        doc="``[observation_masking.schema1]``: Schema 1 masking, applied to every request. "
+        "Keys: ``enabled`` and :class:`~ctxcompact.strategies.Schema1Masking`'s parameters.",
+    )
 
-    Example:
-        >>> Schema1Config().window_turns
-        8
-    """
+    TruncationConfig = transform_table(
+        "TruncationConfig",
+        ToolResultTruncation,
+        doc="``[tool_result_truncation]``: cut huge tool results to head + tail on every request. "
+        "Keys: ``enabled`` and :class:`~ctxcompact.strategies.ToolResultTruncation`'s parameters.",
+    )
 
-    enabled: bool = False
-    window_turns: int = Field(default=8, ge=1)
-    keep_errors: bool = True
-    keep_last_k_per_tool: int = Field(default=0, ge=0)
-    placeholder_template: str = SCHEMA1_PLACEHOLDER
-    batch_turns: int = Field(default=0, ge=0)
-    clear_at_least: int = Field(default=0, ge=0)
-
-    @_field_validator("placeholder_template")
-    @classmethod
-    def _template(cls, value: str) -> str:
-        try:
-            fields = [f for _, f, _, _ in string.Formatter().parse(value) if f is not None]
-        except ValueError as exc:
-            raise ValueError(f"is not a valid template ({exc}); write {{{{ for a brace") from None
-        unknown = sorted({f for f in fields if f not in SCHEMA1_FIELDS})
-        if unknown:
-            raise ValueError(
-                f"uses unknown field(s) {', '.join('{' + f + '}' for f in unknown)}; "
-                f"known fields: {', '.join('{' + f + '}' for f in sorted(SCHEMA1_FIELDS))}"
-            )
-        try:
-            value.format(tool_call_id="call_1", tool_name="ls", original_chars=1234)
-        except (ValueError, KeyError, IndexError) as exc:
-            raise ValueError(f"cannot be formatted: {exc}") from None
-        return value
+    ContextGuardConfig = transform_table(
+        "ContextGuardConfig",
+        ContextGuard,
+        fixed=frozenset({"context_window"}),
+        doc="``[context_guard]``: drop the oldest turns of every request that would not fit. "
+        "The window is ``[compaction] max_context_size``. Keys: ``enabled`` and "
+        ":class:`~ctxcompact.strategies.ContextGuard`'s parameters but ``context_window``.",
+    )
 
 
 class ObservationMaskingConfig(_Table):
     """``[observation_masking]``: per-request observation masking schemes."""
 
     schema1: Schema1Config = Field(default_factory=Schema1Config)
-
-
-class TruncationConfig(_Table):
-    """``[tool_result_truncation]``: cut huge tool results to head + tail on every request.
-
-    Example:
-        >>> TruncationConfig().max_chars
-        50000
-    """
-
-    enabled: bool = False
-    max_chars: int = Field(default=50_000, ge=1)
-    head_chars: int = Field(default=2_000, ge=0)
-    tail_chars: int = Field(default=2_000, ge=0)
-
-    @_field_validator("tail_chars")
-    @classmethod
-    def _fits(cls, value: int, info: Any) -> int:
-        return _head_tail_fit(info.data, value, "max_chars")
-
-
-def _head_tail_fit(data: dict[str, Any], tail: int, limit: str) -> int:
-    """``tail`` when ``head_chars + tail`` is below the ``limit`` key's value (if both are set)."""
-    head, maximum = data.get("head_chars"), data.get(limit)
-    if head is not None and maximum is not None and head + tail >= maximum:
-        raise ValueError(
-            f"head_chars + tail_chars ({head} + {tail}) must be below {limit} ({maximum}), "
-            "or a cut result would not be shorter"
-        )
-    return tail
-
-
-class ContextGuardConfig(_Table):
-    """``[context_guard]``: drop the oldest turns of every request that would not fit.
-
-    The window is ``[compaction] max_context_size``; the budget is that minus
-    ``reserve_tokens``. See :class:`~ctxcompact.strategies.ContextGuard`.
-
-    Example:
-        >>> ContextGuardConfig().reserve_tokens
-        8192
-    """
-
-    enabled: bool = False
-    reserve_tokens: int = Field(default=8192, ge=0)
-    truncate_first: bool = True
-    max_tool_result_chars: int = Field(default=50_000, ge=1)
-    head_chars: int = Field(default=2_000, ge=0)
-    # validate_default: the check must also run when only max_tool_result_chars is written.
-    tail_chars: int = Field(default=2_000, ge=0, validate_default=True)
-
-    @_field_validator("tail_chars")
-    @classmethod
-    def _fits(cls, value: int, info: Any) -> int:
-        return _head_tail_fit(info.data, value, "max_tool_result_chars")
 
 
 class TokenCountingConfig(_Table):
@@ -273,7 +223,7 @@ class TokenCountingConfig(_Table):
 class AgentConfig(_Table):
     """``[agent]``: the built-in agent loop."""
 
-    max_steps: int = Field(default=50, ge=1)
+    max_steps: int = Field(default=DEFAULT_MAX_STEPS, ge=1)
     system_prompt: str | None = None
     llm: LLMConfig | None = None
 
@@ -322,18 +272,48 @@ class Config(_Table):
     proxy: ProxyConfig = Field(default_factory=ProxyConfig)
 
     @model_validator(mode="after")
-    def _guard_fits(self) -> Config:
-        maximum = self.compaction.max_context_size
-        guard = self.context_guard
-        if guard.enabled and maximum is not None and guard.reserve_tokens >= maximum:
-            raise field_error(
-                type(self),
-                ("context_guard", "reserve_tokens"),
-                f"must be below [compaction] max_context_size ({maximum}), got "
-                f"{guard.reserve_tokens}: the guard would leave no room for the history",
-                guard.reserve_tokens,
-            )
+    def _transforms_build(self) -> Config:
+        # Each table is built once here (enabled or not: a mistake in the file is one
+        # either way), so the strategy's own checks (ranges, head + tail below the limit,
+        # the placeholder template) run when the file loads, in one place: the
+        # constructor. Errors name the table's key. The guard's budget depends on the
+        # window, so it is only checked when the guard is on.
+        window = self.compaction.max_context_size
+        tables: list[tuple[tuple[str, ...], TransformTable, dict[str, Any]]] = [
+            (("observation_masking", "schema1"), self.observation_masking.schema1, {}),
+            (("tool_result_truncation",), self.tool_result_truncation, {}),
+            (("context_guard",), self.context_guard, {"context_window": window}),
+        ]
+        for where, table, fixed in tables:
+            if not table.enabled and "context_window" in fixed:
+                fixed = {"context_window": None}
+            try:
+                table.check(**fixed)
+            except ConfigError as exc:
+                key = exc.key or "enabled"
+                value = table.params().get(key, window)
+                message = exc.message
+                if where == ("context_guard",) and key == "context_window":
+                    key, message = (
+                        "reserve_tokens",
+                        (
+                            f"must be below [compaction] max_context_size ({window}): the guard "
+                            f"would leave no room for the history ({exc.message})"
+                        ),
+                    )
+                    value = table.params()["reserve_tokens"]
+                raise field_error(type(self), (*where, key), message, value) from None
         return self
+
+    def with_compaction(self, **changes: Any) -> Config:
+        """A copy with ``[compaction]`` keys changed (validated as if written in the file).
+
+        Raises:
+            ConfigError: A changed value is invalid (named as ``compaction.key``).
+        """
+        data = self.model_dump(exclude_unset=True)
+        data["compaction"] = {**data.get("compaction", {}), **changes}
+        return Config.from_dict(data, path=self.path)
 
     # Private, so that a `path = ...` line in the file is an unknown key, not a setting.
     _path: Path | None = PrivateAttr(default=None)

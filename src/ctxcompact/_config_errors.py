@@ -138,7 +138,8 @@ def field_error(
     """A validation error at ``loc`` (below ``model``) raised from a model validator, so that
     a rule across keys still names the one key to change (``compaction.reserved_context_size``)."""
     detail = InitErrorDetails(
-        type=PydanticCustomError("value_error", message.replace("{", "{{").replace("}", "}}")),
+        # No context: pydantic-core returns the template as it is, braces included.
+        type=PydanticCustomError("value_error", message),
         loc=loc,
         input=value,
     )

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -15,6 +15,7 @@ __all__ = [
     "CompactionOutput",
     "CompactionStrategy",
     "Completion",
+    "Dependencies",
     "ToolSpec",
     "Usage",
 ]
@@ -140,3 +141,36 @@ class CompactionStrategy(Protocol):
     async def compact(self, ctx: CompactionContext) -> CompactionOutput:
         """Rewrite ``ctx.history``, or return ``None`` when there is nothing to do."""
         ...
+
+
+class Dependencies(Mapping[type, object]):
+    """Everything the loader offered a strategy, for strategies that load others.
+
+    A keyword-only constructor parameter annotated ``Dependencies`` is not a param: the
+    loader fills it with the whole offer, so a composite (``Pipeline``) can load its steps
+    with the same LLM, token counter and config it was offered.
+
+    Example:
+        >>> from ctxcompact import HeuristicTokenCounter, TokenCounter
+        >>> offer = Dependencies({TokenCounter: HeuristicTokenCounter()})
+        >>> TokenCounter in offer, len(offer)
+        (True, 1)
+    """
+
+    __slots__ = ("_items",)
+
+    def __init__(self, items: Mapping[type, object] | None = None) -> None:
+        self._items: dict[type, object] = dict(items or {})
+
+    def __getitem__(self, key: type) -> object:
+        return self._items[key]
+
+    def __iter__(self) -> Iterator[type]:
+        return iter(self._items)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __repr__(self) -> str:
+        names = ", ".join(getattr(k, "__qualname__", str(k)) for k in self._items)
+        return f"Dependencies({names})"

@@ -1,20 +1,33 @@
 """The trigger controller: *when* to compact, and a safe run of the strategy that says *how*.
 
-Token accounting is incremental (:mod:`._running_count`): the provider's usage for a prefix
-of the history plus an estimate of the messages appended since.
+Results are returned, never left on the controller: :meth:`CompactionController.compact`
+gives a :class:`CompactionResult`, :meth:`~CompactionController.prepare` a
+:class:`PreparedRequest`, :meth:`~CompactionController.step` both for one model call. What a
+conversation accumulates between calls (the running token count, the loop guards) lives in a
+:class:`ControllerState`; the controller keeps one for the single-conversation case, and
+callers serving many conversations at once (the proxy) pass their own.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from ._contract import CompactionContext, CompactionStrategy
+from ._defaults import (
+    DEFAULT_MAX_FAILURES,
+    DEFAULT_MIN_PROGRESS,
+    DEFAULT_RESERVED_CONTEXT_SIZE,
+    TRIGGER_RATIO_RANGE,
+)
 from ._events import (
     CompactionEvent,
+    CompactionResult,
     EventStatus,
+    PreparedRequest,
+    Step,
     Trigger,
     rejection,
     same_messages,
@@ -22,38 +35,76 @@ from ._events import (
 )
 from ._running_count import RunningCount
 from ._tokens import HeuristicTokenCounter, TokenCounter
-from .exceptions import ConfigError
+from ._wiring import Wiring, wire
+from .exceptions import ConfigError, CtxCompactError
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from ._config import Config
     from ._contract import LLM, Usage
     from ._messages import Message
 
-__all__ = ["CompactionController", "CompactionEvent", "EventStatus", "Trigger"]
+__all__ = [
+    "CompactionController",
+    "CompactionEvent",
+    "CompactionResult",
+    "ControllerState",
+    "EventStatus",
+    "PreparedRequest",
+    "Step",
+    "Trigger",
+]
 
 logger = logging.getLogger("ctxcompact.controller")
 
 EventCallback = Callable[[CompactionEvent], object]
 
-# The issue's range, shared with [compaction] trigger_ratio in the config.
-TRIGGER_RATIO_RANGE = (0.5, 0.99)
+
+class ControllerState:
+    """What one conversation accumulates between calls: token counts and loop guards.
+
+    A controller owns one (``controller.state``) and uses it unless a call passes another,
+    so one controller can serve many conversations at once, each with its own state (the
+    proxy passes a fresh one per request: it is stateless by design).
+
+    Example:
+        >>> state = ControllerState()
+        >>> state.failures, state.retry_at
+        (0, None)
+    """
+
+    __slots__ = ("count", "failures", "last_status", "retry_at")
+
+    def __init__(self) -> None:
+        self.count = RunningCount()
+        self.failures = 0
+        self.retry_at: int | None = None  # estimate the history must reach before a retry
+        self.last_status: EventStatus | None = None
+
+    def reset(self) -> None:
+        """Close the circuit, drop the min-progress wait and forget counts and usage."""
+        self.count.reset()
+        self.failures = 0
+        self.retry_at = None
 
 
 class CompactionController:
     """Decides when a history must be compacted and runs the strategy safely.
 
-    It fires when ``token_count + reserved_context_size >= max_context_size`` (KLIP-13) or,
-    with ``trigger_ratio``, when ``token_count >= trigger_ratio * max_context_size``. A run
-    never loses history: output that breaks tool-call pairing (a ``check_history`` problem
-    its input did not have) is rejected and an exception keeps the original; both are
-    reported in a :class:`CompactionEvent` sent to ``on_event`` and to the
+    It fires when ``token_count + reserved_context_size >= max_context_size`` (the KLIP-13
+    rule), with ``trigger_ratio`` also when ``token_count >= trigger_ratio *
+    max_context_size``, and with ``max_messages`` also when the history has more messages
+    than that. A run never loses history: output that breaks tool-call pairing (a
+    ``check_history`` problem its input did not have) is rejected and an exception keeps the
+    original; both are reported in the returned event, to ``on_event`` and to the
     ``ctxcompact.controller`` logger.
 
     Loop guards: when a run saves less than ``min_progress`` of the (estimated) tokens, the
     controller waits until the history has grown by that fraction before trying again;
     after ``max_failures`` consecutive failures (raised or rejected) the circuit opens and
-    triggered runs stop. ``maybe_compact(force=True)`` (the provider said the context is too
-    long) bypasses both guards; its success closes the circuit. :meth:`reset` clears them.
+    triggered runs stop. ``compact(force=True)`` (the provider said the context is too long)
+    bypasses both guards; its success closes the circuit. :meth:`reset` clears them.
 
     Args:
         strategy: How to rewrite the history.
@@ -61,9 +112,10 @@ class CompactionController:
         reserved_context_size: Tokens kept free for the answer and the next tool results.
         trigger_ratio: Also fire at this fraction of the window, 0.5 to 0.99 (``None``:
             only the threshold rule).
+        max_messages: Also fire when the history has more messages than this.
         token_counter: Estimates messages (default :class:`HeuristicTokenCounter`).
         llm: Passed to the strategy in the context.
-        transforms: Per-request strategies applied by :meth:`prepare_request`.
+        transforms: Per-request strategies applied by :meth:`prepare`.
         on_event: Called with every event (exceptions it raises are logged, not raised).
         min_progress: Minimum fraction of tokens a run must save to be retried at once.
         max_failures: Consecutive failures that open the circuit.
@@ -76,11 +128,10 @@ class CompactionController:
         ...     keep_last, max_context_size=60, reserved_context_size=10
         ... )
         >>> history = [Message.user("x" * 200), Message.user("short")]
-        >>> controller.should_compact(history)
-        True
         >>> import asyncio
-        >>> [m.text for m in asyncio.run(controller.maybe_compact(history))]
-        ['short']
+        >>> result = asyncio.run(controller.compact(history))
+        >>> result.event.status, [m.text for m in result.history]
+        ('compacted', ['short'])
     """
 
     def __init__(
@@ -88,14 +139,15 @@ class CompactionController:
         strategy: CompactionStrategy,
         *,
         max_context_size: int,
-        reserved_context_size: int = 50_000,
+        reserved_context_size: int = DEFAULT_RESERVED_CONTEXT_SIZE,
         trigger_ratio: float | None = None,
+        max_messages: int | None = None,
         token_counter: TokenCounter | None = None,
         llm: LLM | None = None,
         transforms: Sequence[CompactionStrategy] = (),
         on_event: EventCallback | None = None,
-        min_progress: float = 0.1,
-        max_failures: int = 3,
+        min_progress: float = DEFAULT_MIN_PROGRESS,
+        max_failures: int = DEFAULT_MAX_FAILURES,
     ) -> None:
         if max_context_size <= 0:
             raise ConfigError(f"must be > 0, got {max_context_size}", key="max_context_size")
@@ -107,11 +159,12 @@ class CompactionController:
             )
         low, high = TRIGGER_RATIO_RANGE
         if trigger_ratio is not None and not low <= trigger_ratio <= high:
-            # Worded like the config's range errors (ctxcompact._config_errors).
             raise ConfigError(
                 f"{trigger_ratio!r} is out of range; allowed: {low} <= trigger_ratio <= {high}",
                 key="trigger_ratio",
             )
+        if max_messages is not None and max_messages < 1:
+            raise ConfigError(f"must be >= 1, got {max_messages}", key="max_messages")
         if not 0 <= min_progress < 1:
             raise ConfigError(f"must be in [0, 1), got {min_progress}", key="min_progress")
         if max_failures < 1:
@@ -120,17 +173,34 @@ class CompactionController:
         self.max_context_size = max_context_size
         self.reserved_context_size = reserved_context_size
         self.trigger_ratio = trigger_ratio
+        self.max_messages = max_messages
         self.token_counter: TokenCounter = token_counter or HeuristicTokenCounter()
         self.llm = llm
         self.transforms = tuple(transforms)
         self.on_event = on_event
         self.min_progress = min_progress
         self.max_failures = max_failures
-        self.last_event: CompactionEvent | None = None
-        self.last_transform_errors: list[str] = []
-        self._failures = 0
-        self._retry_at: int | None = None  # estimate the history must reach before a retry
-        self._count = RunningCount()
+        self.state = ControllerState()
+        """The conversation state used when a call passes none."""
+
+    @classmethod
+    def from_wiring(
+        cls, wiring: Wiring, *, on_event: EventCallback | None = None
+    ) -> CompactionController:
+        """A controller from parts :func:`ctxcompact.wire` built from a config."""
+        return cls(
+            wiring.strategy,
+            max_context_size=wiring.max_context_size,
+            reserved_context_size=wiring.reserved_context_size,
+            trigger_ratio=wiring.trigger_ratio,
+            max_messages=wiring.max_messages,
+            token_counter=wiring.counter,
+            llm=wiring.llm,
+            transforms=wiring.transforms,
+            on_event=on_event,
+            min_progress=wiring.min_progress,
+            max_failures=wiring.max_failures,
+        )
 
     @classmethod
     def from_config(
@@ -144,161 +214,133 @@ class CompactionController:
         on_event: EventCallback | None = None,
         max_context_size: int | None = None,
     ) -> CompactionController:
-        """A controller built from a loaded :class:`~ctxcompact.Config`.
+        """A controller built from a loaded :class:`~ctxcompact.Config` by :func:`wire`.
 
         The strategy is ``[compaction] strategy`` loaded with ``[compaction.params]`` (unless
         ``strategy`` is given), offered the LLM (``llm``, else one built from
         ``[compaction.llm]``), the token counter and the config as dependencies; transforms
-        are ``[observation_masking.schema1]``, ``[tool_result_truncation]`` and then
-        ``[context_guard]`` (window: the controller's ``max_context_size``), each when
-        enabled; the counter follows ``[token_counting]`` unless ``token_counter`` is given.
-        ``max_context_size`` given here overrides the config's.
+        are the enabled ``[observation_masking.schema1]``, ``[tool_result_truncation]`` and
+        ``[context_guard]`` tables. ``max_context_size`` given here overrides the config's.
 
         Raises:
-            ConfigError: No ``max_context_size`` in the config nor in the call, or limits
-                that do not fit it (the error names the file and the ``compaction.`` key).
+            ConfigError: No window in the config nor in the call, or limits that do not fit
+                it (the error names the file and the ``compaction.`` key).
             StrategyLoadError: The strategy cannot be loaded.
         """
-        from ._contract import LLM as LLMProtocol
-        from ._tokens import TokenCounter as TokenCounterProtocol
-        from ._tokens import counter_from_config
-
-        comp = config.compaction
-        size = max_context_size if max_context_size is not None else comp.max_context_size
-        if size is None:
-            raise ConfigError(
-                "required: set it in [compaction] or pass max_context_size=",
-                path=str(config.path) if config.path else None,
-                key="compaction.max_context_size",
-            )
-        counter = token_counter or counter_from_config(config.token_counting)
-        if llm is None and comp.llm is not None:
-            from .llm import build_llm
-
-            llm = build_llm(comp.llm)
-        if strategy is None:
-            from ._loader import load_strategy
-
-            offered: dict[type, object] = {TokenCounterProtocol: counter, type(config): config}
-            if llm is not None:
-                offered[LLMProtocol] = llm
-            offered.update(dependencies or {})
-            strategy = load_strategy(comp.strategy, dependencies=offered, params=comp.params)
-        from ._transforms import transforms_from_config
-
-        transforms = transforms_from_config(config, size)
-        try:
-            return cls(
-                strategy,
-                max_context_size=size,
-                reserved_context_size=comp.reserved_context_size,
-                trigger_ratio=comp.trigger_ratio,
-                token_counter=counter,
-                llm=llm,
-                transforms=transforms,
-                on_event=on_event,
-                min_progress=comp.min_progress,
-                max_failures=comp.max_failures,
-            )
-        except ConfigError as exc:
-            # The config checks its own limits, so this comes from max_context_size= (or a
-            # config changed after loading): name the file and key all the same.
-            message = str(exc).split(": ", 1)[-1] if exc.key else str(exc)
-            if max_context_size is not None:
-                message += f" (max_context_size={max_context_size} was passed to from_config)"
-            raise ConfigError(
-                message,
-                path=str(config.path) if config.path else None,
-                key=f"compaction.{exc.key}" if exc.key else "compaction",
-            ) from exc
+        wiring = wire(
+            config,
+            strategy=strategy,
+            llm=llm,
+            token_counter=token_counter,
+            dependencies=dependencies,
+            max_context_size=max_context_size,
+        )
+        return cls.from_wiring(wiring, on_event=on_event)
 
     def __repr__(self) -> str:
         return (
             f"CompactionController({strategy_name(self.strategy)}, max_context_size="
             f"{self.max_context_size}, reserved_context_size={self.reserved_context_size}, "
-            f"trigger_ratio={self.trigger_ratio})"
+            f"trigger_ratio={self.trigger_ratio}, max_messages={self.max_messages})"
         )
 
     # -- counting -------------------------------------------------------------------------------
 
-    def token_count(self, history: Sequence[Message]) -> int:
+    def token_count(
+        self, history: Sequence[Message], *, state: ControllerState | None = None
+    ) -> int:
         """The context size of ``history``: the last provider usage plus an estimate of the
         messages added since, or an estimate of everything when there is no usage.
 
-        Costs the new messages only when ``history`` extends the history seen last (its
-        first, middle and last previously seen messages are still in place).
+        Costs the new messages only when ``history`` extends the history seen last.
         """
-        return self._count.total(history, self.token_counter)
+        return (state or self.state).count.total(history, self.token_counter)
 
-    def observe_usage(self, usage: Usage, history: Sequence[Message]) -> None:
+    def observe_usage(
+        self,
+        usage: Usage | None,
+        history: Sequence[Message],
+        *,
+        state: ControllerState | None = None,
+    ) -> None:
         """Record the provider's count for ``history`` (the stored history the call covered,
-        its assistant reply appended). A usage with no tokens is ignored."""
-        if usage.total_tokens > 0:
-            self._count.observe(usage.total_tokens, history, self.token_counter)
+        its assistant reply appended). ``None`` or a usage with no tokens is ignored, so a
+        completion's ``usage`` can be passed as it is."""
+        if usage is not None and usage.total_tokens > 0:
+            (state or self.state).count.observe(usage.total_tokens, history, self.token_counter)
 
-    def _trigger(self, tokens: int) -> Trigger | None:
-        if tokens + self.reserved_context_size >= self.max_context_size:
+    def _trigger(self, tokens: int, messages: int, reserved: int) -> Trigger | None:
+        if tokens + reserved >= self.max_context_size:
             return "threshold"
         if self.trigger_ratio is not None and tokens >= self.trigger_ratio * self.max_context_size:
             return "ratio"
+        if self.max_messages is not None and messages > self.max_messages:
+            return "messages"
         return None
 
-    def should_compact(self, history: Sequence[Message]) -> bool:
-        """Whether the threshold (or ratio) rule fires for ``history``; guards not applied."""
-        return self._trigger(self.token_count(history)) is not None
+    def should_compact(
+        self, history: Sequence[Message], *, state: ControllerState | None = None
+    ) -> bool:
+        """Whether a trigger rule fires for ``history``; the loop guards are not applied."""
+        tokens = self.token_count(history, state=state)
+        return self._trigger(tokens, len(history), self.reserved_context_size) is not None
 
     # -- compaction ---------------------------------------------------------------------------
 
-    async def maybe_compact(
-        self, history: Sequence[Message], *, force: bool = False
-    ) -> Sequence[Message]:
-        """Compact ``history`` when the trigger fires (or ``force``), else return it as is.
+    async def compact(
+        self,
+        history: Sequence[Message],
+        *,
+        force: bool = False,
+        state: ControllerState | None = None,
+        reserved_context_size: int | None = None,
+    ) -> CompactionResult:
+        """Compact ``history`` when a trigger fires (or ``force``).
 
-        Returns the input object itself whenever nothing changed (not triggered, skipped,
-        no-op, rejected, failed); otherwise a new list. ``history`` is never mutated.
+        ``history`` is never mutated; the result holds the input object itself whenever
+        nothing changed (not triggered, skipped, no-op, rejected, failed), otherwise a new
+        list, and the event when the trigger fired. ``reserved_context_size`` overrides the
+        controller's for this call (the proxy reserves the request's own ``max_tokens``).
         """
-        tokens = self.token_count(history)
-        trigger = "forced" if force else self._trigger(tokens)
+        st = state or self.state
+        reserved = (
+            self.reserved_context_size if reserved_context_size is None else reserved_context_size
+        )
+        tokens = self.token_count(history, state=st)
+        trigger: Trigger | None = (
+            "forced" if force else self._trigger(tokens, len(history), reserved)
+        )
         if trigger is None:
-            return history
+            return CompactionResult(history)
         n = len(history)
-        estimate = self._count.estimate(history, self.token_counter)
+        name = strategy_name(self.strategy)
+        estimate = st.count.estimate(history, self.token_counter)
 
-        def event(status: EventStatus, error: str | None, duration: float = 0.0) -> None:
-            self._emit(
-                CompactionEvent(
-                    strategy_name(self.strategy),
-                    trigger,
-                    status,
-                    tokens,
-                    tokens,
-                    n,
-                    n,
-                    duration,
-                    error,
-                )
-            )
+        def unchanged(
+            status: EventStatus, error: str | None, duration: float = 0.0
+        ) -> CompactionResult:
+            event = CompactionEvent(name, trigger, status, tokens, tokens, n, n, duration, error)
+            self._emit(event, st)
+            return CompactionResult(history, event)
 
-        if not force and self._failures >= self.max_failures:
-            event(
+        if not force and st.failures >= self.max_failures:
+            return unchanged(
                 "circuit_open",
-                f"circuit open after {self._failures} consecutive failures; "
+                f"circuit open after {st.failures} consecutive failures; "
                 "only a forced compaction runs (or reset())",
             )
-            return history
-        if not force and self._retry_at is not None and estimate < self._retry_at:
-            event(
+        if not force and st.retry_at is not None and estimate < st.retry_at:
+            return unchanged(
                 "skipped",
                 f"the last run saved less than {self.min_progress:.0%}; waiting "
-                f"until the history grows to ~{self._retry_at} estimated tokens",
+                f"until the history grows to ~{st.retry_at} estimated tokens",
             )
-            return history
 
         ctx = CompactionContext(
             history=tuple(history),  # a copy: a faulty strategy cannot mutate the caller's list
             token_count=tokens,
             max_context_size=self.max_context_size,
-            reserved_context_size=self.reserved_context_size,
+            reserved_context_size=reserved,
             llm=self.llm,
             token_counter=self.token_counter,
         )
@@ -306,75 +348,64 @@ class CompactionController:
         try:
             output = await self.strategy.compact(ctx)
         except Exception as exc:
-            self._failures += 1
-            logger.debug("strategy %s raised", strategy_name(self.strategy), exc_info=True)
-            event(
-                "failed",
-                f"{type(exc).__name__}: {exc}{self._circuit_note()}",
-                time.perf_counter() - start,
-            )
-            return history
+            st.failures += 1
+            logger.debug("strategy %s raised", name, exc_info=True)
+            note = self._circuit_note(st)
+            return unchanged("failed", describe_error(exc) + note, time.perf_counter() - start)
         duration = time.perf_counter() - start
 
         if output is None or same_messages(output, history):
-            self._failures = 0
-            self._retry_at = int(estimate * (1 + self.min_progress))
-            event("noop", None, duration)
-            return history
+            st.failures = 0
+            st.retry_at = int(estimate * (1 + self.min_progress))
+            return unchanged("noop", None, duration)
         reason = rejection(history, output)
         if reason is not None:
-            self._failures += 1
-            event("rejected", reason + self._circuit_note(), duration)
-            return history
+            st.failures += 1
+            return unchanged("rejected", reason + self._circuit_note(st), duration)
 
         result = list(output)
-        self._failures = 0
-        self._count.reset()  # the new history is estimated, the old usage no longer applies
-        after = self.token_count(result)
+        st.failures = 0
+        st.count.reset()  # the new history is estimated, the old usage no longer applies
+        after = self.token_count(result, state=st)
         saved = 1 - after / estimate if estimate else 0.0
-        self._retry_at = (
-            int(estimate * (1 + self.min_progress)) if saved < self.min_progress else None
-        )
+        st.retry_at = int(estimate * (1 + self.min_progress)) if saved < self.min_progress else None
         kept = {id(m) for m in result}
         rewritten = sum(1 for m in history if id(m) not in kept)
-        self._emit(
-            CompactionEvent(
-                strategy_name(self.strategy),
-                trigger,
-                "compacted",
-                tokens,
-                after,
-                n,
-                len(result),
-                duration,
-                None,
-                rewritten,
-            )
+        event = CompactionEvent(
+            name, trigger, "compacted", tokens, after, n, len(result), duration, None, rewritten
         )
-        return result
+        self._emit(event, st)
+        return CompactionResult(result, event)
 
-    def _circuit_note(self) -> str:
-        if self._failures >= self.max_failures:
-            return f"; circuit now open after {self._failures} consecutive failures"
+    async def maybe_compact(
+        self,
+        history: Sequence[Message],
+        *,
+        force: bool = False,
+        state: ControllerState | None = None,
+    ) -> Sequence[Message]:
+        """:meth:`compact` for loops that only need the history (the event goes to
+        ``on_event`` and the log). Returns the input object itself when nothing changed."""
+        return (await self.compact(history, force=force, state=state)).history
+
+    def _circuit_note(self, state: ControllerState) -> str:
+        if state.failures >= self.max_failures:
+            return f"; circuit now open after {state.failures} consecutive failures"
         return ""
 
-    def reset(self) -> None:
+    def reset(self, *, state: ControllerState | None = None) -> None:
         """Close the circuit, drop the min-progress wait and forget counts and usage."""
-        self._failures = 0
-        self._retry_at = None
-        self._count.reset()
+        (state or self.state).reset()
 
-    def _emit(self, event: CompactionEvent) -> None:
-        previous = self.last_event
-        self.last_event = event
+    def _emit(self, event: CompactionEvent, state: ControllerState) -> None:
+        previous, state.last_status = state.last_status, event.status
         level = logging.INFO
-        if event.status in ("failed", "rejected") or event.messages_rewritten:
-            level = logging.WARNING  # seed 003 L3: dropped or truncated content is a warning
+        if event.status in ("failed", "rejected"):
+            level = logging.WARNING
         elif event.status == "skipped":
             level = logging.DEBUG
         elif event.status == "circuit_open":
-            opened = previous is None or previous.status != "circuit_open"
-            level = logging.WARNING if opened else logging.DEBUG
+            level = logging.WARNING if previous != "circuit_open" else logging.DEBUG
         logger.log(level, "%s", event)
         if self.on_event is not None:
             try:
@@ -384,20 +415,27 @@ class CompactionController:
 
     # -- per-request transforms -------------------------------------------------------------------
 
-    async def prepare_request(
-        self, history: Sequence[Message], *, max_output_tokens: int | None = None
-    ) -> list[Message]:
+    async def prepare(
+        self,
+        history: Sequence[Message],
+        *,
+        max_output_tokens: int | None = None,
+        state: ControllerState | None = None,
+    ) -> PreparedRequest:
         """The messages to send: ``history`` through each transform, in order.
 
         The stored history is not touched. A transform that raises, or whose output breaks
-        tool-call pairing, is skipped with a warning (the request goes out without it) and
-        listed in :attr:`last_transform_errors`. ``max_output_tokens`` is the request's
-        answer budget, when known: transforms that trim to the window keep it free.
+        tool-call pairing, is left out of this request (the others still apply) and named in
+        ``skipped``. ``max_output_tokens`` is the request's answer budget, when known:
+        transforms that trim to the window keep it free.
         """
         current: Sequence[Message] = history
-        tokens = self.token_count(history)
-        self.last_transform_errors = []
+        if not self.transforms:
+            return PreparedRequest(list(current))
+        tokens = self.token_count(history, state=state)
+        skipped: list[str] = []
         for transform in self.transforms:
+            name = strategy_name(transform)
             ctx = CompactionContext(
                 history=tuple(current),
                 token_count=tokens,
@@ -410,24 +448,59 @@ class CompactionController:
             try:
                 output = await transform.compact(ctx)
             except Exception as exc:
-                error = f"{strategy_name(transform)} raised {type(exc).__name__}: {exc}"
-                logger.warning("transform %s, skipped", error)
-                self.last_transform_errors.append(error)
+                logger.debug("transform %s raised", name, exc_info=True)
+                skipped.append(f"{name} raised {describe_error(exc)}")
+                logger.warning("transform %s, skipped", skipped[-1])
                 continue
             if output is None or same_messages(output, current):
                 continue
             reason = rejection(current, output)
             if reason is not None:
-                error = f"{strategy_name(transform)} output rejected: {reason}"
-                logger.warning("transform %s, skipped", error)
-                self.last_transform_errors.append(error)
+                skipped.append(f"{name} output rejected: {reason}")
+                logger.warning("transform %s, skipped", skipped[-1])
                 continue
             current = list(output)
             tokens = self.token_counter.count(current)
-            logger.debug(
-                "transform %s applied: %d messages, ~%d tokens",
-                strategy_name(transform),
-                len(current),
-                tokens,
-            )
-        return list(current)
+        return PreparedRequest(list(current), tuple(skipped))
+
+    async def prepare_request(
+        self, history: Sequence[Message], *, max_output_tokens: int | None = None
+    ) -> list[Message]:
+        """:meth:`prepare` for loops that only need the messages."""
+        return (await self.prepare(history, max_output_tokens=max_output_tokens)).messages
+
+    async def step(
+        self,
+        history: Sequence[Message],
+        *,
+        max_output_tokens: int | None = None,
+        force: bool = False,
+        state: ControllerState | None = None,
+        reserved_context_size: int | None = None,
+    ) -> Step:
+        """Prepare one model call: :meth:`compact` the stored history, then :meth:`prepare`.
+
+        The one order every caller uses (the agent, the replay engine, the proxy), so a
+        replay predicts a deployment. Keep ``step.history`` as the stored history and send
+        ``step.request``.
+        """
+        result = await self.compact(
+            history, force=force, state=state, reserved_context_size=reserved_context_size
+        )
+        prepared = await self.prepare(
+            result.history, max_output_tokens=max_output_tokens, state=state
+        )
+        return Step(result.history, prepared.messages, result.event, prepared.skipped)
+
+
+def describe_error(exc: BaseException) -> str:
+    """An exception for logs, events and headers without leaking message content.
+
+    ctxcompact's own errors carry text it wrote (no message content), kept to 200
+    characters; any other exception (a third-party strategy may build its message from the
+    history) is named by its type only. The full text is logged at DEBUG.
+    """
+    if isinstance(exc, CtxCompactError):
+        text = " ".join(str(exc).split())
+        return f"{type(exc).__name__}: {text[:200]}"
+    return f"{type(exc).__name__} (message withheld; enable DEBUG logging to see it)"

@@ -12,14 +12,17 @@ from ._validate import check_history
 
 __all__ = [
     "CompactionEvent",
+    "CompactionResult",
     "EventStatus",
+    "PreparedRequest",
+    "Step",
     "Trigger",
     "rejection",
     "same_messages",
     "strategy_name",
 ]
 
-Trigger = Literal["threshold", "ratio", "forced"]
+Trigger = Literal["threshold", "ratio", "messages", "forced"]
 EventStatus = Literal["compacted", "noop", "rejected", "failed", "skipped", "circuit_open"]
 
 
@@ -30,7 +33,8 @@ class CompactionEvent:
     Attributes:
         strategy: The strategy's name (its ``name`` attribute, else its class name).
         trigger: ``threshold`` (``tokens + reserved >= max``), ``ratio`` (``tokens >=
-            trigger_ratio * max``) or ``forced`` (``maybe_compact(force=True)``).
+            trigger_ratio * max``), ``messages`` (more than ``max_messages`` messages) or
+            ``forced`` (``compact(force=True)``).
         status: ``compacted`` (history replaced), ``noop`` (the strategy returned ``None``
             or the same messages), ``rejected`` (its output broke ``check_history`` or was
             not a list of messages; the original kept), ``failed`` (it raised; the original
@@ -106,3 +110,72 @@ def rejection(history: Sequence[Message], output: object) -> str | None:
         kinds = ", ".join(f"{k} x{c}" for k, c in sorted(new.items()))
         return f"output breaks tool-call pairing ({kinds}); first: {first}"
     return None
+
+
+@dataclass(frozen=True, slots=True)
+class CompactionResult:
+    """What :meth:`CompactionController.compact` returns: the history and what happened.
+
+    Attributes:
+        history: The history to keep: the input object itself when nothing changed, else a
+            new list.
+        event: The event, or ``None`` when the trigger did not fire.
+
+    Example:
+        >>> CompactionResult([]).changed
+        False
+    """
+
+    history: Sequence[Message]
+    event: CompactionEvent | None = None
+
+    @property
+    def changed(self) -> bool:
+        """Whether the history was replaced (the event is ``compacted``)."""
+        return self.event is not None and self.event.status == "compacted"
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedRequest:
+    """The messages to send for one model call, after the per-request transforms.
+
+    Attributes:
+        messages: What to send (the stored history is not touched).
+        skipped: One line per transform that raised or broke tool-call pairing and was left
+            out of this request (the others still applied). No message content in them.
+
+    Example:
+        >>> PreparedRequest([]).skipped
+        ()
+    """
+
+    messages: list[Message]
+    skipped: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """One model call's preparation: compaction of the stored history, then the transforms.
+
+    The agent, the replay engine and the proxy all prepare a call this way, in this order.
+
+    Attributes:
+        history: The stored history from now on (compacted or the input object itself).
+        request: The messages to send.
+        event: The compaction event, when the trigger fired.
+        skipped: Transforms left out of this request (see :class:`PreparedRequest`).
+
+    Example:
+        >>> Step([], []).compacted
+        False
+    """
+
+    history: Sequence[Message]
+    request: list[Message]
+    event: CompactionEvent | None = None
+    skipped: tuple[str, ...] = ()
+
+    @property
+    def compacted(self) -> bool:
+        """Whether the stored history was replaced by the strategy's output."""
+        return self.event is not None and self.event.status == "compacted"

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import collections.abc
 import inspect
+import re
 import typing
 from dataclasses import dataclass
 from decimal import Decimal
@@ -95,6 +96,7 @@ class StrategySignature:
     positional: tuple[_Param, ...]
     keyword: tuple[_Param, ...]
     var_keyword: _Param | None
+    offer: str | None = None  # the keyword-only parameter annotated Dependencies, if any
 
     def dependency_infos(self) -> tuple[ParamInfo, ...]:
         """The positional parameters, filled from dependencies by type."""
@@ -204,17 +206,20 @@ def inspect_class(
     keyword: list[_Param] = []
     var_keyword: _Param | None = None
     past_positional = False
+    offer: str | None = None
     for p in signature.parameters.values():
         param = _param(p, names)
         if p.kind is p.VAR_POSITIONAL:
             past_positional = True  # dependencies stop at *args, as at keyword-only ones
         elif p.kind is p.VAR_KEYWORD:
             var_keyword = param
+        elif p.kind is p.KEYWORD_ONLY and _DEPENDENCIES in _members(param.hint):
+            offer = param.name  # gets the whole offer; not a param
         elif p.kind is p.KEYWORD_ONLY:
             keyword.append(param)
         elif not past_positional:
             positional.append(param)
-    return StrategySignature(owner, tuple(positional), tuple(keyword), var_keyword)
+    return StrategySignature(owner, tuple(positional), tuple(keyword), var_keyword, offer)
 
 
 def _constructor(cls: type) -> tuple[inspect.Signature, dict[str, Any]]:
@@ -258,7 +263,7 @@ def _param(p: inspect.Parameter, names: dict[str, Any]) -> _Param:
     if annotation is _EMPTY:
         text, hint, problem = "", _EMPTY, None
     else:
-        text = annotation if isinstance(annotation, str) else inspect.formatannotation(annotation)
+        text = annotation if isinstance(annotation, str) else _public(annotation)
         holder = SimpleNamespace(__annotations__={p.name: annotation})
         try:
             hint = typing.get_type_hints(holder, globalns=names, include_extras=True)[p.name]
@@ -266,6 +271,17 @@ def _param(p: inspect.Parameter, names: dict[str, Any]) -> _Param:
         except Exception as exc:
             hint, problem = _EMPTY, f"{type(exc).__name__}: {exc}"
     return _Param(p.name, text, hint, problem, p.default, p.kind is p.POSITIONAL_ONLY)
+
+
+_PRIVATE_PATH = re.compile(r"\bctxcompact\.(?:_\w+\.)+(\w+)")
+
+
+def _public(annotation: object) -> str:
+    """An annotation as users write it: ``ctxcompact.LLM``, not ``ctxcompact._contract.LLM``."""
+    text = inspect.formatannotation(annotation)
+    return _PRIVATE_PATH.sub(
+        lambda m: f"ctxcompact.{m[1]}" if m[1] in _FALLBACK_NAMES else m[0], text
+    )
 
 
 def _members(hint: object) -> list[object]:
@@ -402,3 +418,4 @@ def _fallback_names() -> dict[str, object]:
 
 
 _FALLBACK_NAMES = _fallback_names()
+_DEPENDENCIES = _FALLBACK_NAMES["Dependencies"]

@@ -22,6 +22,7 @@ from importlib.metadata import EntryPoint, entry_points
 from types import MappingProxyType, ModuleType
 from typing import TYPE_CHECKING, Any
 
+from ._contract import Dependencies
 from ._injection import ParamInfo, SignatureError, StrategySignature, inspect_class
 from .exceptions import StrategyLoadError
 
@@ -100,6 +101,8 @@ def load_strategy(
         _check_compact(cls)
         args = signature.bind_dependencies(dependencies)
         kwargs = signature.validate_params(params or {})
+        if signature.offer is not None:
+            kwargs[signature.offer] = Dependencies(dependencies)
     except SignatureError as exc:
         raise StrategyLoadError(spec, str(exc)) from exc.__cause__
     try:

@@ -63,6 +63,7 @@ class ConfigError(UserError):
     """An invalid configuration file or value.
 
     Attributes:
+        message: What is wrong and how to fix it, without the file and key.
         path: The file the error is in, when it came from a file.
         key: The dotted key (``compaction.reserved_context_size``), when one is at fault.
     """
@@ -70,8 +71,24 @@ class ConfigError(UserError):
     def __init__(self, message: str, *, path: str | None = None, key: str | None = None) -> None:
         where = ", ".join(p for p in (path, f"key {key!r}" if key else None) if p)
         super().__init__(f"{where}: {message}" if where else message)
+        self.message = message
         self.path = path
         self.key = key
+
+    def located(self, *, path: str | None = None, table: str | None = None) -> ConfigError:
+        """The same error placed in a file and a table: ``key`` becomes ``table.key``.
+
+        Context is attached as fields, never parsed back out of the text (httpx's
+        ``request_context`` habit). A path already set is kept.
+
+        Example:
+            >>> ConfigError("must be > 0", key="max_chars").located(table="truncation").key
+            'truncation.max_chars'
+        """
+        key = ".".join(k for k in (table, self.key) if k) or None
+        located = ConfigError(self.message, path=self.path or path, key=key)
+        located.__cause__ = self
+        return located
 
 
 class StrategyLoadError(UserError):

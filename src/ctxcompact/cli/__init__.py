@@ -12,14 +12,36 @@ import logging
 import sys
 from typing import TYPE_CHECKING
 
+from .._defaults import REPLAY_MAX_CONTEXT_SIZE, REPLAY_RESERVED_CONTEXT_SIZE
 from ..exceptions import CtxCompactError
 from ._io import FORMATS, CliError
-from ._setup import DEFAULT_MAX_CONTEXT_SIZE, DEFAULT_RESERVED, DEFAULT_STRATEGY
+from ._setup import DEFAULT_STRATEGY
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
 __all__ = ["build_parser", "main"]
+
+
+class _ParamAction(argparse.Action):
+    """``--param`` remembers which ``--strategy`` it follows: ``(index, "key=value")``,
+    index -1 before any ``--strategy`` (it then applies to every strategy)."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: object,
+        option_string: str | None = None,
+    ) -> None:
+        strategies = getattr(namespace, "strategy", None)
+        index = len(strategies) - 1 if isinstance(strategies, list) else -1
+        setattr(namespace, self.dest, [*getattr(namespace, self.dest), (index, str(values))])
+
+
+def params_for(args: argparse.Namespace, index: int) -> list[str]:
+    """The ``--param`` values that apply to the ``index``-th ``--strategy`` (0 if one)."""
+    return [value for at, value in args.param if at in (-1, index)]
 
 
 def _add_input(parser: argparse.ArgumentParser) -> None:
@@ -37,7 +59,12 @@ def _add_strategy(parser: argparse.ArgumentParser, *, default_note: str, many: b
         metavar="SPEC",
         action="append" if many else "store",
         help=f"entry-point name or module:Class ({default_note})"
-        + ("; repeat it to compare strategies (--param applies to each)" if many else ""),
+        + (
+            "; repeat it to compare strategies (a --param after a --strategy applies to that "
+            "one; before any --strategy, to all)"
+            if many
+            else ""
+        ),
     )
     parser.add_argument(
         "--config",
@@ -46,7 +73,8 @@ def _add_strategy(parser: argparse.ArgumentParser, *, default_note: str, many: b
     )
     parser.add_argument(
         "--param",
-        action="append",
+        action=_ParamAction,
+        default=[],
         metavar="KEY=VALUE",
         help="a strategy parameter; VALUE is parsed as a TOML/JSON literal, else a string "
         "(repeatable)",
@@ -55,14 +83,14 @@ def _add_strategy(parser: argparse.ArgumentParser, *, default_note: str, many: b
         "--max-context-size",
         type=int,
         metavar="N",
-        help=f"context window in tokens (default: the config's, else {DEFAULT_MAX_CONTEXT_SIZE:,})",
+        help=f"context window in tokens (default: the config's, else {REPLAY_MAX_CONTEXT_SIZE:,})",
     )
     parser.add_argument(
         "--reserved",
         type=int,
         metavar="N",
         help=f"tokens kept free; compaction fires when tokens + N >= the window (default: "
-        f"the config's, else {DEFAULT_RESERVED:,})",
+        f"the config's, else {REPLAY_RESERVED_CONTEXT_SIZE:,})",
     )
     parser.add_argument(
         "--token-counter",
@@ -121,6 +149,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=0.1,
         metavar="P",
         help="price of a cached input token relative to an uncached one (default: 0.1)",
+    )
+    replay.add_argument(
+        "--mode",
+        choices=("agent", "proxy"),
+        default="agent",
+        help="agent: the stored history is compacted (an agent loop); proxy: every call starts "
+        "from the whole recording, as the stateless proxy sees each request (default: agent)",
     )
     replay.add_argument("--plot", metavar="OUT.png", help="draw context tokens per call")
     replay.add_argument("--no-progress", action="store_true", help="no progress bar")

@@ -11,8 +11,9 @@ import asyncio
 import sys
 from typing import TYPE_CHECKING, Any
 
+from ..replay import FileReplay, ReplayStats, replay
+from . import params_for
 from ._io import CliError, Conversation, load_demo, read_conversation
-from ._replay import FileReplay, ReplayStats, replay
 from ._report import (
     ReplaySettings,
     dumps,
@@ -61,7 +62,9 @@ def _raise_if_llm_missing(event: CompactionEvent | None) -> None:
 
 def run_apply(args: argparse.Namespace) -> int:
     conversation = read_conversation(args.file, fmt=args.format)
-    setup = build_setup(args, spec=args.strategy, default_strategy=None)
+    setup = build_setup(
+        args, spec=args.strategy, default_strategy=None, params=[v for _, v in args.param]
+    )
     return asyncio.run(_apply(args, conversation, setup))
 
 
@@ -70,10 +73,10 @@ async def _apply(args: argparse.Namespace, conversation: Conversation, setup: Se
 
     history = conversation.messages
     controller = setup.make_controller()
-    compacted = list(await controller.maybe_compact(history, force=True))
-    event = controller.last_event
+    step = await controller.step(history, force=True)
+    event = step.event
     _raise_if_llm_missing(event)
-    result = await controller.prepare_request(compacted)
+    result = step.request
     report = _apply_report(conversation, setup, history, result, event)
     if args.output:
         write_conversation(conversation, result, args.output)
@@ -168,8 +171,8 @@ def run_replay(args: argparse.Namespace) -> int:
     if args.plot:
         require_matplotlib()
     setups = [
-        build_setup(args, spec=spec, default_strategy=DEFAULT_STRATEGY)
-        for spec in (args.strategy or [None])
+        build_setup(args, spec=spec, default_strategy=DEFAULT_STRATEGY, params=params_for(args, k))
+        for k, spec in enumerate(args.strategy or [None])
     ]
     conversations = _read_all(args.files, args.format) if args.files else [load_demo()]
     replays = asyncio.run(_replay_all(args, conversations, setups))
@@ -216,7 +219,11 @@ async def _replay_all(
     for conversation in bar:
         counter = setups[0].counter
         baseline = await replay(
-            conversation.messages, None, counter=counter, cached_price=args.cached_price
+            conversation.messages,
+            None,
+            counter=counter,
+            cached_price=args.cached_price,
+            window=(setups[0].max_context_size, setups[0].reserved_context_size),
         )
         counter.clear()
         runs: list[ReplayStats] = []
@@ -230,6 +237,7 @@ async def _replay_all(
                         counter=setup.counter,
                         cached_price=args.cached_price,
                         llm=setup.llm,
+                        mode=args.mode,
                         on_failure=report,
                     )
                 )

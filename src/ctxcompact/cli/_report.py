@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..exceptions import MissingDependencyError
+from ..replay import FileReplay, ReplayStats
 from ._io import CliError
-from ._replay import FileReplay, ReplayStats
 
 if TYPE_CHECKING:
     from collections.abc import Sequence

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from .._controller import CompactionController
+from .._wiring import wire
 from ..exceptions import ConfigError, MissingDependencyError
 
 if TYPE_CHECKING:
@@ -49,36 +51,13 @@ def create_app(
         from ._rewrite import Rewriter
     except ImportError as exc:  # starlette or httpx missing
         raise MissingDependencyError("the ctxcompact proxy", "proxy") from exc
-    from .._contract import LLM as LLMProtocol
-    from .._controller import CompactionController
-    from .._tokens import TokenCounter as TokenCounterProtocol
-    from .._tokens import counter_from_config
-
-    counter = token_counter or counter_from_config(config.token_counting)
-    if llm is None and config.compaction.llm is not None:
-        from ..llm import build_llm
-
-        llm = build_llm(config.compaction.llm)
     if config.compaction.max_context_size is None:
         raise ConfigError(
             "the proxy needs the model window: set max_context_size",
             path=str(config.path) if config.path else None,
             key="compaction.max_context_size",
         )
-    dependencies: dict[type, object] = {TokenCounterProtocol: counter}
-    if llm is not None:
-        dependencies[LLMProtocol] = llm
-    controller = CompactionController.from_config(
-        config, strategy=strategy, llm=llm, token_counter=counter, dependencies=dependencies
-    )
-    rewriter = Rewriter(
-        controller.strategy,
-        max_context_size=config.compaction.max_context_size,
-        reserved_context_size=config.compaction.reserved_context_size,
-        token_counter=counter,
-        llm=llm,
-        transforms=controller.transforms,
-    )
+    wiring = wire(config, strategy=strategy, llm=llm, token_counter=token_counter)
     p = config.proxy
     settings = ProxySettings(
         openai_base_url=p.openai_base_url,
@@ -86,7 +65,7 @@ def create_app(
         timeout=p.timeout,
         max_body_bytes=p.max_body_bytes,
     )
-    return build_app(rewriter, settings, client=client)
+    return build_app(Rewriter(CompactionController.from_wiring(wiring)), settings, client=client)
 
 
 def serve(config: Config, *, host: str | None = None, port: int | None = None) -> None:

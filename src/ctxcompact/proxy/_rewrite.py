@@ -1,8 +1,10 @@
-"""The proxy's decision for one request body: transform, maybe compact, report.
+"""The proxy's decision for one request body: maybe compact, transform, report.
 
-Stateless by design: every request gets a fresh :class:`~ctxcompact.CompactionController`,
-so the decision depends on the request alone and any number of proxies behind a load
-balancer rewrite the same request the same way.
+Stateless by design: one :class:`~ctxcompact.CompactionController` serves every request,
+each with a fresh :class:`~ctxcompact.ControllerState`, so the decision depends on the
+request alone and any number of proxies behind a load balancer rewrite the same request the
+same way. The order is the controller's :meth:`~ctxcompact.CompactionController.step`, the
+same as the agent's and the replay engine's.
 """
 
 from __future__ import annotations
@@ -13,16 +15,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .._anthropic_format import from_anthropic, to_anthropic
-from .._controller import CompactionController
+from .._controller import CompactionController, ControllerState
 from .._events import strategy_name
 from .._openai_format import from_openai, to_openai
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
-    from .._contract import LLM, CompactionStrategy
     from .._messages import Message
-    from .._tokens import TokenCounter
 
 __all__ = ["RewriteReport", "Rewriter"]
 
@@ -76,39 +76,26 @@ class RewriteReport:
 
 
 class Rewriter:
-    """Applies the configured transforms and strategy to OpenAI and Anthropic request bodies.
+    """Applies a controller's strategy and transforms to OpenAI and Anthropic request bodies.
 
     Args:
-        strategy: The triggered compaction strategy.
-        max_context_size: The model window the trigger compares against.
-        reserved_context_size: Tokens kept free when the request names no ``max_tokens``.
-        token_counter: Estimates the tokens of a request.
-        llm: The summarizer model for strategies that need one.
-        transforms: Per-request transforms (Schema 1 masking, truncation), applied first.
+        controller: Decides when to compact and how; shared by every request (each gets a
+            fresh :class:`~ctxcompact.ControllerState`).
 
     Example:
+        >>> from ctxcompact import CompactionController
         >>> from ctxcompact.strategies import ToolResultHiding
-        >>> from ctxcompact import HeuristicTokenCounter
-        >>> r = Rewriter(ToolResultHiding(), max_context_size=1000, reserved_context_size=100,
-        ...              token_counter=HeuristicTokenCounter())
+        >>> r = Rewriter(CompactionController(ToolResultHiding(), max_context_size=1000,
+        ...                                   reserved_context_size=100))
     """
 
-    def __init__(
-        self,
-        strategy: CompactionStrategy,
-        *,
-        max_context_size: int,
-        reserved_context_size: int,
-        token_counter: TokenCounter,
-        llm: LLM | None = None,
-        transforms: Sequence[CompactionStrategy] = (),
-    ) -> None:
-        self.strategy = strategy
-        self.max_context_size = max_context_size
-        self.reserved_context_size = reserved_context_size
-        self.token_counter = token_counter
-        self.llm = llm
-        self.transforms = tuple(transforms)
+    def __init__(self, controller: CompactionController) -> None:
+        self.controller = controller
+
+    @property
+    def strategy_name(self) -> str:
+        """The triggered strategy's name, as reports give it."""
+        return strategy_name(self.controller.strategy)
 
     async def rewrite_openai(self, body: Body) -> tuple[Body | None, RewriteReport]:
         """Rewrite a Chat Completions body. ``None`` means: forward the original bytes."""
@@ -145,74 +132,58 @@ class Rewriter:
         encode: Callable[[Sequence[Message]], Body],
         max_tokens: int | None,
     ) -> tuple[Body | None, RewriteReport]:
-        name = strategy_name(self.strategy)
+        controller = self.controller
+        name = self.strategy_name
         try:
             history = decode()
         except ValueError as exc:  # FormatError: let the upstream answer the malformed request
-            return None, self._skipped(f"messages not understood: {exc}")
-        before = self.token_counter.count(history)
-        controller = CompactionController(
-            self.strategy,
-            max_context_size=self.max_context_size,
-            # A max_tokens as large as the window cannot fit at all; the controller needs a
-            # reserve below the window, and the trigger then fires on any history.
-            reserved_context_size=(
-                min(max_tokens, self.max_context_size - 1)
-                if max_tokens is not None
-                else self.reserved_context_size
-            ),
-            token_counter=self.token_counter,
-            llm=self.llm,
-            transforms=self.transforms,
+            return None, self._skipped(f"messages not understood: {type(exc).__name__}")
+        counter = controller.token_counter
+        before = counter.count(history)
+        # A max_tokens as large as the window cannot fit at all; the trigger needs a reserve
+        # below the window, and then fires on any history.
+        reserved = (
+            min(max_tokens, controller.max_context_size - 1) if max_tokens is not None else None
         )
-        # A transform that raises is skipped by the controller (the others still apply) and
-        # listed in last_transform_errors, reported below.
-        sent: Sequence[Message] = await controller.prepare_request(
-            history, max_output_tokens=max_tokens
+        step = await controller.step(
+            history,
+            max_output_tokens=max_tokens,
+            state=ControllerState(),
+            reserved_context_size=reserved,
         )
-        skipped = [f"transform {e}" for e in controller.last_transform_errors]
-        compacted = await controller.maybe_compact(sent)
-        event = controller.last_event
-        errors = list(skipped)
-        if event is not None and event.status in ("failed", "rejected"):
+        errors = [f"transform {e}" for e in step.skipped]
+        event = step.event
+        failed = event is not None and event.status in ("failed", "rejected")
+        if failed and event is not None:
             errors.append(event.error or event.status)
-        error = "; ".join(errors) or None
-        failed = False
-        if compacted is not sent:
-            try:
-                body = encode(compacted)
-            except ValueError as exc:
-                # A strategy may produce what the request's format cannot say (a system
-                # message mid-history has no place in Anthropic's): fail open without it.
-                unsendable = f"{name}'s output cannot be sent in this format: {exc}"
-                logger.warning("proxy: %s", unsendable)
-                error = "; ".join([*skipped, unsendable])
-                failed = True
-            else:
-                after = self.token_counter.count(compacted)
-                return body, RewriteReport(
-                    "compacted", name, before, after, len(history), len(compacted), error
-                )
-        failed = failed or (event is not None and event.status in ("failed", "rejected"))
-        transformed = _differs(sent, history)
-        if not transformed:
+        request: Sequence[Message] = step.request
+        if not _differs(request, history):
             action = "failed" if failed else "unchanged"
             return None, RewriteReport(
-                action, name, before, before, len(history), len(history), error
+                action, name, before, before, len(history), len(history), _join(errors)
             )
-        report = RewriteReport(
-            "failed" if failed else "transformed",
-            name,
-            before,
-            self.token_counter.count(sent),
-            len(history),
-            len(sent),
-            error,
+        try:
+            new_body = encode(request)
+        except ValueError as exc:
+            # A strategy may produce what the request's format cannot say (a system message
+            # mid-history has no place in Anthropic's): fail open without it.
+            errors.append(f"the rewritten history cannot be sent in this format: {exc}")
+            logger.warning("proxy: %s's output cannot be sent in this format", name)
+            return None, RewriteReport(
+                "failed", name, before, before, len(history), len(history), _join(errors)
+            )
+        action = "compacted" if step.compacted else "failed" if failed else "transformed"
+        after = counter.count(request)
+        return new_body, RewriteReport(
+            action, name, before, after, len(history), len(request), _join(errors)
         )
-        return encode(sent), report
 
     def _skipped(self, why: str) -> RewriteReport:
-        return RewriteReport("skipped", strategy_name(self.strategy), 0, 0, 0, 0, why)
+        return RewriteReport("skipped", self.strategy_name, 0, 0, 0, 0, why)
+
+
+def _join(errors: list[str]) -> str | None:
+    return "; ".join(errors) or None
 
 
 def _max_tokens(body: Body) -> int | None:

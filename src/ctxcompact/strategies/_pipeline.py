@@ -6,6 +6,8 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from .._contract import Dependencies
+from .._loader import load_strategy
 from ..exceptions import ConfigError
 
 if TYPE_CHECKING:
@@ -29,6 +31,9 @@ class Pipeline:
         steps: Strategies named as in TOML, resolved with :func:`ctxcompact.load_strategy`
             after the positional ones: each a spec string (``"tool-result-truncation"``,
             ``"pkg.mod:Class"``) or a table ``{strategy = "...", params = {...}}``.
+        dependencies: What the steps are offered (an LLM, the token counter...). When the
+            pipeline is itself loaded by :func:`ctxcompact.load_strategy`, the loader fills
+            it with its own offer, so a step that needs an LLM gets the one offered.
 
     Raises:
         ConfigError: A step that is neither a string nor a table with a ``strategy`` key.
@@ -49,12 +54,18 @@ ToolResultHiding(preserve_recent_n=3, batch_turns=0, clear_at_least=0))
                      {strategy = "tool-result-hiding", params = {preserve_recent_n = 3}}]
     """
 
-    def __init__(self, *strategies: CompactionStrategy, steps: Sequence[Step] = ()) -> None:
+    def __init__(
+        self,
+        *strategies: CompactionStrategy,
+        steps: Sequence[Step] = (),
+        dependencies: Dependencies | None = None,
+    ) -> None:
         resolved = list(strategies)
         if isinstance(steps, (str, Mapping)):
             raise ConfigError("must be a list of steps", key="steps")
+        offer = dependencies if dependencies is not None else Dependencies()
         for k, step in enumerate(steps):
-            resolved.append(_load_step(step, k))
+            resolved.append(_load_step(step, k, offer))
         self.strategies: tuple[CompactionStrategy, ...] = tuple(resolved)
 
     def __repr__(self) -> str:
@@ -78,11 +89,9 @@ ToolResultHiding(preserve_recent_n=3, batch_turns=0, clear_at_least=0))
         return history if changed else None
 
 
-def _load_step(step: Step, k: int) -> CompactionStrategy:
-    from .._loader import load_strategy
-
+def _load_step(step: Step, k: int, offer: Dependencies) -> CompactionStrategy:
     if isinstance(step, str):
-        return load_strategy(step)
+        return load_strategy(step, dependencies=offer)
     if isinstance(step, Mapping) and isinstance(step.get("strategy"), str):
         unknown = sorted(set(step) - {"strategy", "params"})
         if unknown:
@@ -90,7 +99,7 @@ def _load_step(step: Step, k: int) -> CompactionStrategy:
         params = step.get("params") or {}
         if not isinstance(params, Mapping):
             raise ConfigError("params must be a table", key=f"steps[{k}].params")
-        return load_strategy(step["strategy"], params=params)
+        return load_strategy(step["strategy"], dependencies=offer, params=params)
     raise ConfigError(
         f'a step is a strategy spec or {{strategy = "...", params = {{...}}}}, got {step!r}',
         key=f"steps[{k}]",

@@ -1,20 +1,39 @@
 """Offline replay of a recorded conversation, call by call, with a cache-adjusted cost model.
 
-Every assistant message of a recording is one model call. Its input is the history before it,
-after the controller's triggered compaction (which replaces the stored history from then on)
-and its per-request transforms. The engine measures that input with a token counter and bills
-it the way prompt caching does: the part shared with the previous call's input, counted in
-whole messages from the start, costs ``cached_price``; the rest costs 1 per token.
+Every assistant message of a recording is one model call. Its input is what
+:meth:`CompactionController.step <ctxcompact.CompactionController.step>` prepares from the
+history before it: triggered compaction, then the per-request transforms, the order the
+agent and the proxy use. Two modes say what "the history before it" is:
 
-The benchmark (``benchmarks/bench_replay.py``) and ``ctxcompact replay`` both use it.
+* ``agent`` (default): an agent that stores its compacted history; a compaction replaces the
+  stored history and later messages are appended to the compacted one.
+* ``proxy``: a stateless proxy in front of an agent that keeps everything; every call
+  starts again from the whole recording so far, with a fresh controller state, exactly as
+  :mod:`ctxcompact.proxy` sees each request.
+
+The engine measures each input with a token counter and bills it the way prompt caching
+does: the part shared with the previous call's input, counted in whole messages from the
+start, costs ``cached_price``; the rest costs 1 per token. ``ctxcompact replay`` and the
+benchmarks use this module.
+
+Example:
+    >>> import asyncio
+    >>> from ctxcompact import CompactionController, HeuristicTokenCounter, Message
+    >>> from ctxcompact.strategies import ToolResultHiding
+    >>> counter = HeuristicTokenCounter()
+    >>> conversation = [Message.user("hi"), Message.assistant("hello")]
+    >>> stats = asyncio.run(replay(conversation, None, counter=counter))
+    >>> stats.calls
+    1
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
-from .._messages import Message
+from ._controller import ControllerState
+from ._messages import Message
 
 __all__ = [
     "CacheMeter",
@@ -22,6 +41,7 @@ __all__ = [
     "FileReplay",
     "MemoCounter",
     "MeteredLLM",
+    "ReplayMode",
     "ReplayStats",
     "replay",
 ]
@@ -29,9 +49,12 @@ __all__ = [
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Sequence
 
-    from .._contract import LLM, Completion, ToolSpec
-    from .._controller import CompactionController
-    from .._tokens import TokenCounter
+    from ._contract import LLM, Completion, ToolSpec
+    from ._controller import CompactionController
+    from ._tokens import TokenCounter
+
+ReplayMode = Literal["agent", "proxy"]
+"""``agent``: the stored history is compacted; ``proxy``: every call sees the whole recording."""
 
 
 class MemoCounter:
@@ -193,6 +216,9 @@ class ReplayStats:
         peak_context_tokens: The largest single input.
         cost: Cache-adjusted cost in token units (1 per uncached token).
         cache_breaks: Calls whose input shares less than the whole previous input.
+        calls_over_window: Calls whose input plus the reserve exceeds the window
+            (``input + reserved > max``): the provider would refuse them, or the answer
+            would have no room. Counted only when the replay knows the window.
         summarizer_calls: Calls made to the summarizer LLM.
         summarizer_tokens: Tokens (input + output) those calls used.
         context_tokens: The input tokens of each call, in order (for plots).
@@ -209,6 +235,7 @@ class ReplayStats:
     peak_context_tokens: int = 0
     cost: float = 0.0
     cache_breaks: int = 0
+    calls_over_window: int = 0
     summarizer_calls: int = 0
     summarizer_tokens: int = 0
     context_tokens: list[int] = field(default_factory=list)
@@ -244,6 +271,8 @@ async def replay(
     counter: TokenCounter,
     cached_price: float = 0.1,
     llm: MeteredLLM | None = None,
+    mode: ReplayMode = "agent",
+    window: tuple[int, int] | None = None,
     on_failure: Callable[[str], None] | None = None,
     on_call: Callable[[int, Sequence[Message]], None] | None = None,
 ) -> ReplayStats:
@@ -256,6 +285,10 @@ async def replay(
         counter: Measures each call's input. Give the controller the same counter.
         cached_price: Price of a cached token relative to an uncached one.
         llm: The metered summarizer the controller was given, to report its calls.
+        mode: ``agent`` (the stored history is compacted) or ``proxy`` (every call starts
+            from the whole recording, with a fresh controller state).
+        window: ``(max_context_size, reserved_context_size)`` to count calls over the
+            window; defaults to the controller's limits (no count without either).
         on_failure: Called with the controller's error text for each failed compaction.
         on_call: Called with the index of each assistant message in ``conversation`` and
             the input of that call (to check what the model would have seen).
@@ -266,25 +299,31 @@ async def replay(
     stats = ReplayStats()
     meter = CacheMeter(counter, cached_price=cached_price)
     llm_calls, llm_tokens = (llm.calls, llm.tokens) if llm is not None else (0, 0)
+    if window is None and controller is not None:
+        window = (controller.max_context_size, controller.reserved_context_size)
     history: list[Message] = []
-    last_event = controller.last_event if controller is not None else None
     for index, message in enumerate(conversation):
         if message.role == "assistant":
             request: Sequence[Message] = history
             if controller is not None:
-                compacted = await controller.maybe_compact(history)
-                if compacted is not history:
+                if mode == "proxy":
+                    step = await controller.step(conversation[:index], state=ControllerState())
+                else:
+                    step = await controller.step(history)
+                    if step.compacted:
+                        history = list(step.history)
+                if step.compacted:
                     stats.compactions += 1
-                    history = list(compacted)
-                event = controller.last_event
-                if event is not None and event is not last_event:
-                    last_event = event
-                    if event.status in _FAILED:
-                        stats.failed_compactions += 1
-                        if on_failure is not None:
-                            on_failure(event.error or event.status)
-                request = await controller.prepare_request(history)
-            stats.add_call(meter.bill(request))
+                event = step.event
+                if event is not None and event.status in _FAILED:
+                    stats.failed_compactions += 1
+                    if on_failure is not None:
+                        on_failure(event.error or event.status)
+                request = step.request
+            bill = meter.bill(request)
+            stats.add_call(bill)
+            if window is not None and bill.input_tokens + window[1] > window[0]:
+                stats.calls_over_window += 1
             if on_call is not None:
                 on_call(index, request)
         history.append(message)

@@ -1,0 +1,43 @@
+"""Every default and range that more than one module needs, in one place.
+
+The controller, the agent, the config tables and the CLI read these; none restates them.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "DEFAULT_MAX_CONTEXT_SIZE",
+    "DEFAULT_MAX_FAILURES",
+    "DEFAULT_MAX_STEPS",
+    "DEFAULT_MIN_PROGRESS",
+    "DEFAULT_RESERVED_CONTEXT_SIZE",
+    "REPLAY_MAX_CONTEXT_SIZE",
+    "REPLAY_RESERVED_CONTEXT_SIZE",
+    "TRIGGER_RATIO_RANGE",
+]
+
+DEFAULT_MAX_CONTEXT_SIZE = 128_000
+"""The agent's window when none is given (a common size for current models)."""
+
+DEFAULT_RESERVED_CONTEXT_SIZE = 50_000
+"""Tokens kept free for the answer and the next tool results (KLIP-13's default)."""
+
+TRIGGER_RATIO_RANGE = (0.5, 0.99)
+"""Allowed values of ``trigger_ratio`` (inclusive), in the controller and in ``[compaction]``."""
+
+DEFAULT_MIN_PROGRESS = 0.1
+"""A run that saves less than this fraction waits for the history to grow by it."""
+
+DEFAULT_MAX_FAILURES = 3
+"""Consecutive failed runs that open the controller's circuit."""
+
+DEFAULT_MAX_STEPS = 50
+"""Model calls one :meth:`ctxcompact.Agent.run` may make."""
+
+# Small on purpose: replays exist to show compaction happening. Compaction fires at 12,000
+# tokens, which the demo (about 18,000 tokens at its end) and 13 of the 17 public traces pass.
+REPLAY_MAX_CONTEXT_SIZE = 16_000
+"""The window ``ctxcompact replay`` uses when neither a flag nor a config sets one."""
+
+REPLAY_RESERVED_CONTEXT_SIZE = 4_000
+"""The reserve ``ctxcompact replay`` uses with its default window."""
