@@ -24,13 +24,13 @@ from pathlib import Path
 from ctxcompact import CompactionController, HeuristicTokenCounter, Message, tool_groups
 from ctxcompact.cli._io import read_conversation
 from ctxcompact.cli._replay import MemoCounter, ReplayStats, replay
+from ctxcompact.kit import is_error_result
 from ctxcompact.strategies import (
     ContextGuard,
     Schema1Masking,
     ToolResultHiding,
     ToolResultTruncation,
 )
-from ctxcompact.strategies._shared import is_error_result
 
 ROOT = Path(__file__).resolve().parents[1]
 TRACES = (ROOT / ".." / "shared" / "traces").resolve()

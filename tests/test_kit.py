@@ -1,0 +1,218 @@
+"""ctxcompact.kit: the public helpers for strategy authors, and that outsiders need no others."""
+
+from __future__ import annotations
+
+import ast
+import doctest
+import inspect
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import ctxcompact
+import ctxcompact.kit as kit
+from ctxcompact import Message, from_openai
+from ctxcompact.exceptions import ConfigError
+from ctxcompact.kit import (
+    SCHEMA1_FIELDS,
+    SCHEMA1_PLACEHOLDER,
+    batched_boundary,
+    check_int,
+    error_reason,
+    is_error_result,
+    looks_like_error,
+    old_groups_end,
+    placeholder_pattern,
+    render_placeholder,
+    tool_groups,
+    validate_template,
+    with_content,
+)
+from tests.gen import assistant, call, tool, valid_histories
+from tests.traces import load_trace, trace_names
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_every_public_name_is_documented_with_an_example() -> None:
+    for name in kit.__all__:
+        value = getattr(kit, name)
+        if inspect.isfunction(value) and value.__module__ == kit.__name__:
+            assert value.__doc__, name
+            assert "Example:" in value.__doc__, f"{name} has no Example"
+    assert kit.__doc__ is not None
+    for name in kit.__all__:  # the menu at the top lists every helper
+        assert f"`{name}`" in kit.__doc__, f"{name} is missing from the module's menu"
+
+
+def test_the_examples_run() -> None:
+    result = doctest.testmod(kit, raise_on_error=False)
+    assert result.attempted > 20
+    assert result.failed == 0
+
+
+def test_groups_are_the_library_ones() -> None:
+    assert kit.tool_groups is ctxcompact.tool_groups
+    assert kit.ToolGroup is ctxcompact.ToolGroup
+
+
+@settings(max_examples=200, deadline=None)
+@given(valid_histories(max_turns=4, max_steps=4, max_calls=3), st.integers(0, 8))
+def test_old_groups_end_is_where_the_keep_newest_groups_start(
+    history: list[Message], keep: int
+) -> None:
+    groups = tool_groups(history)
+    if keep == 0:
+        expected = len(history)
+    elif keep > len(groups):
+        expected = 0
+    else:
+        expected = groups[-keep].call_index
+    assert old_groups_end(history, keep) == expected
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.integers(0, 500), max_size=30),
+    st.integers(0, 5),
+    st.sampled_from([0, 1, 300, 1000]),
+)
+def test_batched_boundary_moves_in_whole_batches_of_freed_tokens(
+    tokens: list[int], batch_turns: int, clear_at_least: int
+) -> None:
+    boundary = batched_boundary(
+        len(tokens),
+        batch_turns=batch_turns,
+        clear_at_least=clear_at_least,
+        unit_tokens=tokens.__getitem__,
+    )
+    rounded = len(tokens) - len(tokens) % batch_turns if batch_turns else len(tokens)
+    assert 0 <= boundary <= rounded
+    if not clear_at_least:
+        assert boundary == rounded
+        return
+    # The boundary sits where the running total last crossed a multiple of T: moving it
+    # further (up to the batch limit) would free less than another T.
+    assert sum(tokens[:boundary]) // clear_at_least == sum(tokens[:rounded]) // clear_at_least
+    if boundary:
+        crossed = sum(tokens[:boundary]) // clear_at_least
+        assert crossed > sum(tokens[: boundary - 1]) // clear_at_least
+
+
+def test_batched_boundary_is_stable_while_a_history_grows_within_a_batch() -> None:
+    """What batching is for: the masked prefix (and so the prompt cache) changes rarely."""
+    seen = [batched_boundary(n, batch_turns=4, unit_tokens=lambda k: 100) for n in range(13)]
+    assert seen == [0] * 4 + [4] * 4 + [8] * 4 + [12]
+
+
+def test_error_heuristic_on_results_content_and_text() -> None:
+    assert is_error_result(tool("a", "Traceback (most recent call last):\n  File x"))
+    assert is_error_result(tool("a", "all good", is_error=True))  # the provider's flag
+    assert not is_error_result(tool("a", "The function raises an error if the file is missing."))
+    assert looks_like_error([{"type": "text", "text": "npm ERR! missing script: test"}])
+    assert not looks_like_error(None)
+    assert error_reason("src/a.c:3:5: error: expected ';'") == "compiler_error"
+    assert error_reason("except TimeoutError:\n    pass") is None
+
+
+def test_error_heuristic_finds_errors_in_real_traces_and_not_everywhere() -> None:
+    results = [
+        m for name in trace_names() for m in from_openai(load_trace(name)) if m.role == "tool"
+    ]
+    flagged = sum(map(is_error_result, results))
+    assert 0 < flagged < len(results) // 4
+
+
+def test_placeholders_render_validate_and_are_recognised() -> None:
+    text = render_placeholder(SCHEMA1_PLACEHOLDER, tool_call_id="c9", tool_name="ls", chars=4321)
+    assert "tool_call_id=c9" in text
+    assert "chars=4321" in text
+    assert placeholder_pattern(SCHEMA1_PLACEHOLDER).fullmatch(text)
+    assert not placeholder_pattern(SCHEMA1_PLACEHOLDER).fullmatch("a.py b.py")
+    validate_template(SCHEMA1_PLACEHOLDER, SCHEMA1_FIELDS, key="placeholder_template")
+    with pytest.raises(ConfigError) as info:
+        validate_template("[masked {tool_name} {size}]", SCHEMA1_FIELDS, key="placeholder")
+    assert info.value.key == "placeholder"
+    assert "['size']" in str(info.value)
+    with pytest.raises(ConfigError, match="fixed text"):
+        validate_template("{tool_name}", SCHEMA1_FIELDS, key="placeholder")
+
+
+def test_with_content_copies_and_keeps_everything_else() -> None:
+    original = tool("c1", "long output", is_error=True, cache_control={"type": "ephemeral"})
+    before = original.model_dump()
+    copy = with_content(original, "[hidden]")
+    assert copy is not original
+    assert copy.text == "[hidden]"
+    assert copy == original.replace(content="[hidden]")
+    assert copy.model_extra == original.model_extra
+    assert original.model_dump() == before
+    asked = assistant(None, call("c1"))
+    assert with_content(asked, "thinking").tool_calls == asked.tool_calls
+
+
+def test_check_int_names_the_parameter() -> None:
+    assert check_int("batch_turns", 0) == 0
+    for bad in (-1, True, 1.5, "3"):
+        with pytest.raises(ConfigError) as info:
+            check_int("batch_turns", bad)  # type: ignore[arg-type]
+        assert info.value.key == "batch_turns"
+    with pytest.raises(ConfigError, match=">= 1"):
+        check_int("max_chars", 0, minimum=1)
+
+
+# -- outsiders import public modules only ---------------------------------------------------------
+
+
+def private_imports(path: Path, *, root: Path = ROOT) -> list[str]:
+    """The private ctxcompact modules ``path`` imports (``ctxcompact._x``, ``ctxcompact.a._y``)."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+        elif isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        else:
+            continue
+        for name in names:
+            parts = name.split(".")
+            if parts[0] == "ctxcompact" and any(p.startswith("_") for p in parts[1:]):
+                found.append(f"{path.relative_to(root)}:{node.lineno}: {name}")
+                break
+    return found
+
+
+def test_the_plugin_imports_no_private_ctxcompact_module() -> None:
+    files = sorted((ROOT / "strategies").rglob("*.py"))
+    assert any(f.name == "_masking.py" for f in files)
+    assert [hit for f in files for hit in private_imports(f)] == []
+
+
+def test_no_benchmark_imports_the_private_shared_helpers() -> None:
+    """The kit replaced ``ctxcompact.strategies._shared`` there. (Other private imports of
+    the benchmarks remain: the replay engine's, and the error cache's size, which only a
+    benchmark of the uncached heuristic needs.)"""
+    files = sorted((ROOT / "benchmarks").rglob("*.py"))
+    assert files
+    hits = [hit for f in files for hit in private_imports(f) if "strategies._shared" in hit]
+    assert hits == []
+
+
+def test_the_private_import_finder_finds_them(tmp_path: Path) -> None:
+    sample = tmp_path / "plugin.py"
+    sample.write_text(
+        "import ctxcompact._messages\n"
+        "from ctxcompact.strategies._shared import with_content\n"
+        "from ctxcompact.cli import _replay\n"
+        "from ctxcompact.kit import with_content as w\n"
+        "from ctxcompact import Message\n",
+        encoding="utf-8",
+    )
+    hits = private_imports(sample, root=tmp_path)
+    assert [h.split(": ")[1] for h in hits] == [
+        "ctxcompact._messages",
+        "ctxcompact.strategies._shared",
+        "ctxcompact.cli._replay",
+    ]
