@@ -138,10 +138,21 @@ def output_problems(
     old_kinds = {p.kind for p in check_history(before)}
     new_problems = [p for p in check_history(messages) if p.kind not in old_kinds]
     if new_problems:
-        problems.append(
-            ("valid history", "check_history: " + "; ".join(map(str, new_problems[:3])))
-        )
+        problems.append(("valid history", "check_history: " + _first(list(map(str, new_problems)))))
     return _by_invariant(problems)
+
+
+def _first(details: Sequence[str], shown: int = 2) -> str:
+    """The first ``shown`` details, and how many more there are: enough to find the bug."""
+    more = f"; and {len(details) - shown} more" if len(details) > shown else ""
+    return "; ".join(details[:shown]) + more
+
+
+def _ids(ids: Sequence[str | None], shown: int = 3) -> str:
+    """``['a', 'b', ...]`` with at most ``shown`` ids, and how many there are."""
+    if len(ids) <= shown:
+        return str(list(ids))
+    return str(list(ids[:shown]))[:-1] + f", ... ({len(ids)} in all)]"
 
 
 def _by_invariant(problems: Sequence[Problem]) -> list[Problem]:
@@ -223,7 +234,7 @@ def _integrity(
         elif m.tool_calls:
             ids = [c.id for c in m.tool_calls]
             problems.append(
-                f"output message {j} makes tool calls {ids} that no input message makes at "
+                f"output message {j} makes tool calls {_ids(ids)} that no input message makes at "
                 "that point (tool-call ids are never altered and calls never invented)"
             )
         elif m.role == "tool":
@@ -237,13 +248,13 @@ def _integrity(
         lost = [before[r].tool_call_id for r in group.result_indices if r not in where]
         if call_kept and len(kept) < len(group.result_indices):
             problems.append(
-                f"results for {lost} of input message {group.call_index} were dropped while "
+                f"results for {_ids(lost)} of input message {group.call_index} were dropped while "
                 "their calls were kept (parallel calls are kept or dropped together)"
             )
         elif kept and not call_kept:
             problems.append(
                 f"input message {group.call_index} (the calls) was dropped while results "
-                f"{[before[r].tool_call_id for r in kept]} were kept"
+                f"{_ids([before[r].tool_call_id for r in kept])} were kept"
             )
         elif call_kept:
             start = where[group.call_index]
@@ -253,10 +264,10 @@ def _integrity(
             apart = [str(before[r].tool_call_id) for r in kept if not start < where[r] < run_end]
             if apart:
                 problems.append(
-                    f"results {apart} no longer directly follow their calls (output message "
+                    f"results {_ids(apart)} no longer directly follow their calls (output message "
                     f"{start})"
                 )
-    return [("tool-call integrity", p) for p in problems[:5]]
+    return [("tool-call integrity", _first(problems))] if problems else []
 
 
 def _same_calls(j: int, new: Message, s: int, old: Message) -> list[str]:

@@ -111,7 +111,7 @@ def batched_boundary(
     *,
     batch_turns: int = 0,
     clear_at_least: int = 0,
-    unit_tokens: Callable[[int], int],
+    unit_tokens: Callable[[int], int] | None = None,
 ) -> int:
     """Move a masking boundary only in batches, so the provider's prompt cache survives.
 
@@ -125,13 +125,16 @@ def batched_boundary(
     stays stateless. The built-in maskers use exactly this rule.
 
     Args:
-        boundary: Units that may be rewritten, oldest first.
+        boundary: Units that may be rewritten, oldest first (``<= 0``: none, returns 0).
         batch_turns: Move in steps of this many units (0: any step).
         clear_at_least: Move only when at least this many more tokens are freed (0: always).
-        unit_tokens: Tokens freed by rewriting unit ``k``; called only with ``clear_at_least``.
+        unit_tokens: Tokens freed by rewriting unit ``k``; needed only with ``clear_at_least``.
+
+    Raises:
+        TypeError: ``clear_at_least`` without ``unit_tokens``.
 
     Example:
-        >>> batched_boundary(7, batch_turns=3, unit_tokens=lambda k: 0)
+        >>> batched_boundary(7, batch_turns=3)
         6
         >>> freed = [100, 100, 100, 100, 100]  # per unit, oldest first
         >>> batched_boundary(5, clear_at_least=250, unit_tokens=freed.__getitem__)
@@ -139,9 +142,19 @@ def batched_boundary(
         >>> batched_boundary(4, clear_at_least=250, unit_tokens=freed.__getitem__)
         3
     """
+    if boundary <= 0:
+        return 0
+    if unit_tokens is None:
+        if clear_at_least > 0:
+            raise TypeError("batched_boundary: clear_at_least needs unit_tokens")
+        unit_tokens = _no_tokens
     return _shared.batched_boundary(
         boundary, batch_turns=batch_turns, clear_at_least=clear_at_least, unit_tokens=unit_tokens
     )
+
+
+def _no_tokens(unit: int) -> int:
+    return 0
 
 
 # -- errors -------------------------------------------------------------------------------------
