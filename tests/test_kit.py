@@ -103,8 +103,17 @@ def test_batched_boundary_moves_in_whole_batches_of_freed_tokens(
 
 def test_batched_boundary_is_stable_while_a_history_grows_within_a_batch() -> None:
     """What batching is for: the masked prefix (and so the prompt cache) changes rarely."""
-    seen = [batched_boundary(n, batch_turns=4, unit_tokens=lambda k: 100) for n in range(13)]
+    seen = [batched_boundary(n, batch_turns=4) for n in range(13)]
     assert seen == [0] * 4 + [4] * 4 + [8] * 4 + [12]
+
+
+def test_batched_boundary_edges_outsiders_meet() -> None:
+    """Fewer groups than kept gives a negative boundary: nothing to rewrite, not a slice
+    from the end; tokens are needed only to batch by tokens."""
+    assert batched_boundary(-2, batch_turns=3) == 0
+    assert batched_boundary(-2, clear_at_least=10, unit_tokens=lambda k: 99) == 0
+    with pytest.raises(TypeError, match="unit_tokens"):
+        batched_boundary(5, clear_at_least=100)
 
 
 def test_error_heuristic_on_results_content_and_text() -> None:
