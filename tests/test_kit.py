@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 import ctxcompact
 import ctxcompact.kit as kit
-from ctxcompact import Message, from_openai
+from ctxcompact import CompactionContext, HeuristicTokenCounter, Message, from_openai
 from ctxcompact.exceptions import ConfigError
 from ctxcompact.kit import (
     SCHEMA1_FIELDS,
@@ -30,7 +30,8 @@ from ctxcompact.kit import (
     validate_template,
     with_content,
 )
-from tests.gen import assistant, call, tool, valid_histories
+from ctxcompact.testing import assert_strategy_invariants
+from tests.gen import assistant, call, tool, user, valid_histories
 from tests.traces import load_trace, trace_names
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -170,6 +171,63 @@ def test_check_int_names_the_parameter() -> None:
         assert info.value.key == "batch_turns"
     with pytest.raises(ConfigError, match=">= 1"):
         check_int("max_chars", 0, minimum=1)
+
+
+# -- a strategy written from the kit alone (the README's example) --------------------------------
+
+PLACEHOLDER = "[old tool result hidden]"
+
+
+class HideOldResults:
+    """Hide the results of all but the ``keep`` newest tool-call groups; errors stay."""
+
+    def __init__(self, *, keep: int = 3, batch_turns: int = 4) -> None:
+        self.keep = check_int("keep", keep)
+        self.batch_turns = check_int("batch_turns", batch_turns)
+
+    async def compact(self, ctx: CompactionContext) -> list[Message] | None:
+        history, count = ctx.history, ctx.token_counter.count_message
+        groups = tool_groups(history)
+        old = batched_boundary(len(groups) - self.keep, batch_turns=self.batch_turns)
+        out = list(history)
+        for group in groups[:old]:
+            for i in group.result_indices:
+                hidden = with_content(history[i], PLACEHOLDER)
+                if not is_error_result(history[i]) and count(hidden) < count(history[i]):
+                    out[i] = hidden
+        return out if any(a is not b for a, b in zip(out, history, strict=True)) else None
+
+
+def test_the_readme_example_strategy_keeps_the_invariants_on_every_trace() -> None:
+    counter = HeuristicTokenCounter()
+    saved = kept_errors = 0
+    for name in trace_names():
+        history = from_openai(load_trace(name))
+        out = assert_strategy_invariants(HideOldResults(keep=2), history)
+        if out is None:
+            continue
+        saved += counter.count(history) - counter.count(out)
+        kept_errors += sum(
+            1 for a, b in zip(history, out, strict=True) if a is b and is_error_result(a)
+        )
+    assert saved > 0
+    assert kept_errors > 0
+
+
+def test_the_readme_example_strategy_batches_and_rejects_bad_params() -> None:
+    def history(turns: int) -> list[Message]:
+        out = [user("go")]
+        for i in range(turns):
+            out += [assistant(None, call(f"c{i}")), tool(f"c{i}", "x" * 400)]
+        return out
+
+    hidden = []
+    for turns in range(2, 12):
+        out = assert_strategy_invariants(HideOldResults(keep=2, batch_turns=4), history(turns))
+        hidden.append(0 if out is None else sum(m.text == PLACEHOLDER for m in out))
+    assert hidden == [0, 0, 0, 0, 4, 4, 4, 4, 8, 8]
+    with pytest.raises(ConfigError, match="keep"):
+        HideOldResults(keep=-1)
 
 
 # -- outsiders import public modules only ---------------------------------------------------------
