@@ -23,6 +23,7 @@ from pathlib import Path
 
 from ctxcompact import CompactionController, HeuristicTokenCounter, Message, tool_groups
 from ctxcompact.cli._io import read_conversation
+from ctxcompact.kit import is_error_result
 from ctxcompact.replay import MemoCounter, ReplayStats, replay
 from ctxcompact.strategies import (
     ContextGuard,
@@ -30,7 +31,6 @@ from ctxcompact.strategies import (
     ToolResultHiding,
     ToolResultTruncation,
 )
-from ctxcompact.strategies._shared import is_error_result
 
 ROOT = Path(__file__).resolve().parents[1]
 TRACES = (ROOT / ".." / "shared" / "traces").resolve()

@@ -5,8 +5,8 @@
 
 ``strategies/supersede`` is a distribution of its own (``ctxcompact-supersede``) that
 registers ``supersede`` in the ``ctxcompact.strategies`` entry-point group. Its
-``SupersededReadMasking`` masks the older copy of a file the agent read again, and gets the
-agent's token counter injected by the annotation of its first ``__init__`` parameter.
+``SupersededReadMasking`` masks the older copy of a file the agent read again, counting
+tokens with the controller's own counter (``ctx.token_counter``).
 """
 
 from __future__ import annotations

@@ -20,13 +20,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ctxcompact import (
-    CompactionContext,
-    HeuristicTokenCounter,
-    Message,
-    check_history,
-    from_openai,
-)
+from ctxcompact import HeuristicTokenCounter, Message, check_history, from_openai
+from ctxcompact.kit import is_error_result
+from ctxcompact.testing import check_strategy_invariants
 from tests.gen import assistant, call, tool, user, valid_histories
 from tests.traces import TRACES_DIR, load_trace, trace_names
 
@@ -39,13 +35,12 @@ CLAUDE_TRACES = [n for n in trace_names() if n.startswith("claudecode")]
 async def test_on_claude_code_traces_output_is_valid_and_only_reads_change(name: str) -> None:
     history = from_openai(load_trace(name))
     counter = HeuristicTokenCounter()
-    strategy = ctxcompact_supersede.SupersededReadMasking(counter)
-    before = [m.model_dump() for m in history]
-    out = await strategy.compact(CompactionContext(history, 0, 200_000, 20_000))
-    assert [m.model_dump() for m in history] == before
+    strategy = ctxcompact_supersede.SupersededReadMasking()
+    out = await check_strategy_invariants(
+        strategy, history, max_context_size=200_000, reserved_context_size=20_000
+    )
     if out is None:
         return
-    assert check_history(out) == []
     changed = [i for i, (a, b) in enumerate(zip(history, out, strict=True)) if a is not b]
     assert changed
     for i in changed:
@@ -61,8 +56,8 @@ async def test_claude_code_traces_that_reread_whole_files_are_shrunk() -> None:
     saved = {}
     for name in CLAUDE_TRACES:
         history = from_openai(load_trace(name))
-        out = await ctxcompact_supersede.SupersededReadMasking().compact(
-            CompactionContext(history, 0, 200_000, 20_000)
+        out = await check_strategy_invariants(
+            ctxcompact_supersede.SupersededReadMasking(), history, reserved_context_size=20_000
         )
         if out is not None:
             counter = HeuristicTokenCounter()
@@ -112,30 +107,27 @@ PATHS = st.sampled_from(["a.py", "b.py"])
 async def test_invariants_on_generated_histories(
     history: list[Message], batch_turns: int, clear_at_least: int
 ) -> None:
-    """Any valid history: valid output, only tool contents change, errors kept, idempotent."""
-    counter = HeuristicTokenCounter()
+    """Any valid history: the invariants hold, only tool contents change, errors kept, each
+    mask saves tokens under the context's counter, and a second run changes nothing."""
+    counter = HeuristicTokenCounter(chars_per_token=3.0)  # not the default: it must be used
     strategy = ctxcompact_supersede.SupersededReadMasking(
-        counter, batch_turns=batch_turns, clear_at_least=clear_at_least, placeholder="[old]"
+        batch_turns=batch_turns, clear_at_least=clear_at_least, placeholder="[old]"
     )
     assert check_history(history) == []
-    before = [m.model_dump() for m in history]
-    out = await strategy.compact(CompactionContext(history, 0, 100_000, 10_000))
-    assert [m.model_dump() for m in history] == before
+    out = await check_strategy_invariants(strategy, history, token_counter=counter)
     if out is None:
         return
-    out = list(out)
-    assert check_history(out) == []
     assert len(out) == len(history)
     changed = [i for i, (a, b) in enumerate(zip(history, out, strict=True)) if a is not b]
     assert changed
     for i in changed:
         assert history[i].role == "tool"
-        assert not history[i].is_error
+        assert not is_error_result(history[i])
         assert not history[i].text.startswith("Error")
         assert out[i].text == "[old]"
         assert out[i].tool_call_id == history[i].tool_call_id
         assert counter.count_message(out[i]) < counter.count_message(history[i])
-    assert await strategy.compact(CompactionContext(out, 0, 100_000, 10_000)) is None
+    assert await check_strategy_invariants(strategy, out, token_counter=counter) is None
 
 
 _SCRIPT = textwrap.dedent(
@@ -143,8 +135,9 @@ _SCRIPT = textwrap.dedent(
     import json, sys
     from pathlib import Path
     import ctxcompact, ctxcompact_supersede
-    from ctxcompact import (CompactionContext, HeuristicTokenCounter, TokenCounter,
-                            check_history, from_openai, load_config, load_strategy)
+    from ctxcompact import (HeuristicTokenCounter, check_history, from_openai, load_config,
+                            load_strategy)
+    from ctxcompact.testing import assert_strategy_invariants
 
     work, traces = Path(sys.argv[1]), [Path(p) for p in sys.argv[2:]]
     report = {"prefix": sys.prefix, "ctxcompact": ctxcompact.__file__,
@@ -160,21 +153,18 @@ _SCRIPT = textwrap.dedent(
         )
         config = load_config(path)
         counter = HeuristicTokenCounter()
-        strategy = load_strategy(config.compaction.strategy,
-                                 dependencies={TokenCounter: counter},
-                                 params=config.compaction.params)
+        strategy = load_strategy(config.compaction.strategy, params=config.compaction.params)
         rows = []
         for trace in traces:
             history = from_openai(json.loads(trace.read_text()))
-            out = strategy.compact(CompactionContext(history, 0, 200000, 20000))
-            import asyncio
-            out = asyncio.run(out)
-            new = history if out is None else list(out)
+            out = assert_strategy_invariants(strategy, history, token_counter=counter,
+                                             max_context_size=200000,
+                                             reserved_context_size=20000)
+            new = history if out is None else out
             rows.append({"trace": trace.stem, "problems": [str(p) for p in check_history(new)],
                          "before": counter.count(history), "after": counter.count(new),
                          "masked": sum(a is not b for a, b in zip(history, new))})
         report["specs"][spec] = {"class": type(strategy).__name__,
-                                 "counter_injected": strategy.counter is counter,
                                  "tools": strategy.tools, "rows": rows}
     print(json.dumps(report))
     """
@@ -214,7 +204,6 @@ def test_pip_installed_into_a_fresh_venv_and_loaded_from_toml_by_both_names(
     assert by_class["rows"] == by_name["rows"]
     for spec in (by_class, by_name):
         assert spec["class"] == "SupersededReadMasking"
-        assert spec["counter_injected"] is True
         assert spec["tools"] == {"Read": "file_path", "read_file": "path"}
     rows = by_name["rows"]
     assert all(row["problems"] == [] for row in rows)

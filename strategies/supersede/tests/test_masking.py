@@ -1,13 +1,24 @@
-"""SupersededReadMasking: what it masks, what it keeps, and the ctxcompact invariants."""
+"""SupersededReadMasking: what it masks, what it keeps, and the ctxcompact invariants.
+
+Every run goes through ``ctxcompact.testing.check_strategy_invariants``, which fails the
+test, naming the invariant, if an output ever breaks tool-call pairing, order, the input or
+the ``None`` rule.
+"""
 
 from __future__ import annotations
 
 import json
+from typing import TYPE_CHECKING
 
 import pytest
 from ctxcompact_supersede import DEFAULT_PLACEHOLDER, SupersededReadMasking
 
-from ctxcompact import CompactionContext, HeuristicTokenCounter, Message, ToolCall, check_history
+from ctxcompact import HeuristicTokenCounter, Message, TokenCounter, ToolCall, load_strategy
+from ctxcompact.exceptions import ConfigError, StrategyLoadError
+from ctxcompact.testing import check_strategy_invariants
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
 
 BIG = "x = 1\n" * 200  # big enough that the placeholder is shorter
 
@@ -26,25 +37,17 @@ def turn(*calls: ToolCall, results: dict[str, str] | None = None) -> list[Messag
     ]
 
 
-def ctx(history: list[Message]) -> CompactionContext:
-    return CompactionContext(history, 10_000, 100_000, 10_000)
-
-
-async def compact(strategy: SupersededReadMasking, history: list[Message]) -> list[Message] | None:
-    snapshot = [m.model_dump() for m in history]
-    out = await strategy.compact(ctx(history))
-    assert [m.model_dump() for m in history] == snapshot, "the input was mutated"
-    if out is None:
-        return None
-    out = list(out)
-    assert check_history(out) == []
-    assert len(out) == len(history)
-    for before, after in zip(history, out, strict=True):
-        assert (before.role, before.tool_call_id, before.tool_calls) == (
-            after.role,
-            after.tool_call_id,
-            after.tool_calls,
-        )
+async def compact(
+    strategy: SupersededReadMasking,
+    history: list[Message],
+    *,
+    token_counter: TokenCounter | None = None,
+) -> list[Message] | None:
+    """Run the strategy the way the controller does, checking every invariant."""
+    out = await check_strategy_invariants(strategy, history, token_counter=token_counter)
+    if out is not None:  # only the contents of tool results change, never the length
+        assert len(out) == len(history)
+        assert all(a is b or a.role == "tool" for a, b in zip(out, history, strict=True))
     return out
 
 
@@ -161,9 +164,9 @@ async def test_clear_at_least_waits_until_enough_tokens_can_be_cleared() -> None
     counter = HeuristicTokenCounter()
     history = [*turn(read("r1", "a.py")), *turn(read("r2", "a.py"))]
     one = counter.count_message(history[1])
-    assert await compact(SupersededReadMasking(counter, clear_at_least=one * 2), history) is None
+    assert await compact(SupersededReadMasking(clear_at_least=one * 2), history) is None
     history += [*turn(read("r3", "b.py")), *turn(read("r4", "b.py"))]
-    out = await compact(SupersededReadMasking(counter, clear_at_least=one * 2 - 200), history)
+    out = await compact(SupersededReadMasking(clear_at_least=one * 2 - 200), history)
     assert masked(history, out) == [1, 5]
 
 
@@ -171,12 +174,11 @@ async def test_clear_at_least_moves_the_masked_prefix_in_steps_of_that_many_toke
     """Files re-read in pairs, each pair freeing ``s`` tokens; with ``T = 2s`` the masks
     appear two pairs at a time, and in between the output does not change."""
     counter = HeuristicTokenCounter()
-    strategy = SupersededReadMasking(counter)
     history = [*turn(read("x1", "x.py")), *turn(read("x2", "x.py"))]
-    out = await compact(strategy, history)
+    out = await compact(SupersededReadMasking(), history)
     assert out is not None
     s = counter.count(history) - counter.count(out)
-    batched = SupersededReadMasking(counter, clear_at_least=2 * s)
+    batched = SupersededReadMasking(clear_at_least=2 * s)
     history = []
     seen: list[list[int]] = []
     for name in "abcdef":
@@ -218,26 +220,47 @@ async def test_invalid_arguments_are_left_alone() -> None:
     assert await compact(SupersededReadMasking(), history) is None
 
 
-def test_bad_configuration_is_rejected() -> None:
-    with pytest.raises(ValueError, match="placeholder"):
-        SupersededReadMasking(placeholder="{nope}")
-    with pytest.raises(ValueError, match=">= 0"):
-        SupersededReadMasking(batch_turns=-1)
-    with pytest.raises(ValueError, match="argument names"):
-        SupersededReadMasking(tools={"read_file": ""})
+def test_bad_configuration_is_rejected_naming_the_parameter() -> None:
+    for kwargs, key in [
+        ({"placeholder": "[old {nope}]"}, "placeholder"),
+        ({"placeholder": "{tool}"}, "placeholder"),  # no fixed text: not told from a result
+        ({"batch_turns": -1}, "batch_turns"),
+        ({"clear_at_least": 1.5}, "clear_at_least"),
+        ({"tools": {"read_file": ""}}, "tools"),
+    ]:
+        with pytest.raises(ConfigError) as info:
+            SupersededReadMasking(**kwargs)  # type: ignore[arg-type]
+        assert info.value.key == key
 
 
-def test_loaded_by_entry_point_name_with_the_token_counter_injected() -> None:
-    from ctxcompact import TokenCounter, load_strategy
+class CountsOnePerMessage:
+    """A counter under which no mask ever saves anything."""
 
-    counter = HeuristicTokenCounter(chars_per_token=2.0)
+    def count(self, messages: Iterable[Message]) -> int:
+        return sum(1 for _ in messages)
+
+    def count_message(self, message: Message) -> int:
+        return 1
+
+
+async def test_tokens_are_counted_with_the_contexts_counter() -> None:
+    """The controller's counter decides what saves tokens, not one of the strategy's own."""
+    history = [*turn(read("r1", "a.py")), *turn(read("r2", "a.py"))]
+    strategy = SupersededReadMasking()
+    assert masked(history, await compact(strategy, history)) == [1]
+    assert await compact(strategy, history, token_counter=CountsOnePerMessage()) is None
+
+
+def test_loaded_by_entry_point_name_and_by_class_with_params() -> None:
     for spec in ("supersede", "ctxcompact_supersede:SupersededReadMasking"):
         strategy = load_strategy(
             spec,
-            dependencies={TokenCounter: counter},
+            # A counter offered as a dependency (as older wiring did) is not needed: ignored.
+            dependencies={TokenCounter: HeuristicTokenCounter()},
             params={"tools": {"Read": "file_path"}, "batch_turns": 2},
         )
         assert isinstance(strategy, SupersededReadMasking)
-        assert strategy.counter is counter
         assert strategy.tools == {"Read": "file_path"}
         assert strategy.batch_turns == 2
+    with pytest.raises(StrategyLoadError, match="batch_turns"):
+        load_strategy("supersede", params={"batch_turns": -1})

@@ -9,11 +9,17 @@ from __future__ import annotations
 
 from importlib.metadata import PackageNotFoundError, version
 
-from ._masking import DEFAULT_PLACEHOLDER, DEFAULT_TOOLS, SupersededReadMasking
+from ._masking import DEFAULT_PLACEHOLDER, DEFAULT_TOOLS, PLACEHOLDER_FIELDS, SupersededReadMasking
 
 try:
     __version__ = version("ctxcompact-supersede")
 except PackageNotFoundError:  # running from a source tree that is not installed
     __version__ = "0.0.0"
 
-__all__ = ["DEFAULT_PLACEHOLDER", "DEFAULT_TOOLS", "SupersededReadMasking", "__version__"]
+__all__ = [
+    "DEFAULT_PLACEHOLDER",
+    "DEFAULT_TOOLS",
+    "PLACEHOLDER_FIELDS",
+    "SupersededReadMasking",
+    "__version__",
+]

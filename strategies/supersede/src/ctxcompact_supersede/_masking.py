@@ -3,25 +3,26 @@
 from __future__ import annotations
 
 import json
-import re
-from collections.abc import Mapping  # noqa: TC003 - the loader resolves __init__ hints
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-# Runtime imports (not under TYPE_CHECKING): ctxcompact's loader reads the ``__init__``
-# annotations to inject dependencies, so ``TokenCounter`` must resolve in this module.
-from ctxcompact import (
-    CompactionContext,
-    HeuristicTokenCounter,
-    Message,
-    TokenCounter,
-    tool_groups,
+# Only public ctxcompact names: the package's top level and the kit for strategy authors.
+from ctxcompact import HeuristicTokenCounter, Message, tool_groups
+from ctxcompact.exceptions import ConfigError
+from ctxcompact.kit import (
+    batched_boundary,
+    check_int,
+    is_error_result,
+    validate_template,
+    with_content,
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Mapping, Sequence
 
-__all__ = ["DEFAULT_PLACEHOLDER", "DEFAULT_TOOLS", "SupersededReadMasking"]
+    from ctxcompact import CompactionContext, TokenCounter
+
+__all__ = ["DEFAULT_PLACEHOLDER", "DEFAULT_TOOLS", "PLACEHOLDER_FIELDS", "SupersededReadMasking"]
 
 DEFAULT_TOOLS: Mapping[str, str] = {
     "read_file": "path",
@@ -36,14 +37,8 @@ DEFAULT_PLACEHOLDER = (
 )
 """Replacement text; ``{tool}``, ``{key}`` and ``{value}`` are filled in."""
 
-_ERROR_TEXT = re.compile(
-    r"^\s*(error\b|<tool_use_error>|exit code [1-9])|Traceback \(most recent call last\)",
-    re.IGNORECASE,
-)
-
-
-def _looks_like_error(message: Message) -> bool:
-    return message.is_error or bool(_ERROR_TEXT.search(message.text[:2000]))
+PLACEHOLDER_FIELDS = frozenset({"tool", "key", "value"})
+"""The fields a placeholder may use."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,14 +73,19 @@ class SupersededReadMasking:
     of ``T`` (so at least ``T`` tokens per move). Both are computed from the history alone,
     so the strategy is stateless.
 
+    Tokens are counted with the context's counter (``ctx.token_counter``), the one the
+    controller counts with, so "saves tokens" means the same thing to both.
+
     Args:
-        counter: Counts the tokens cleared (injected by ctxcompact's loader by annotation).
         tools: Tool name -> key argument name. Defaults to :data:`DEFAULT_TOOLS`.
         placeholder: The replacement text (``{tool}``, ``{key}``, ``{value}`` filled in).
         keep_errors: Never mask a result that looks like an error.
         batch_turns: Move the superseding horizon in steps of this many tool-call turns.
         clear_at_least: Move the masked prefix only in steps freeing at least this many
             tokens.
+
+    Raises:
+        ConfigError: A bad parameter, named by its key.
 
     Example:
         >>> s = SupersededReadMasking(tools={"read_file": "path"})
@@ -95,7 +95,6 @@ class SupersededReadMasking:
 
     def __init__(
         self,
-        counter: TokenCounter = HeuristicTokenCounter(),  # noqa: B008 - stateless default
         *,
         tools: Mapping[str, str] | None = None,
         placeholder: str = DEFAULT_PLACEHOLDER,
@@ -103,23 +102,17 @@ class SupersededReadMasking:
         batch_turns: int = 0,
         clear_at_least: int = 0,
     ) -> None:
-        if batch_turns < 0 or clear_at_least < 0:
-            raise ValueError("batch_turns and clear_at_least must be >= 0")
-        self.counter = counter
         self.tools: dict[str, str] = dict(DEFAULT_TOOLS if tools is None else tools)
         for name, key in self.tools.items():
             if not isinstance(name, str) or not isinstance(key, str) or not key:
-                raise ValueError(f"tools must map tool names to argument names, got {name!r}")
-        try:
-            placeholder.format(tool="t", key="k", value="v")
-        except (KeyError, IndexError, ValueError) as exc:
-            raise ValueError(
-                f"placeholder may only use {{tool}}, {{key}} and {{value}}: {exc!r}"
-            ) from exc
+                raise ConfigError(
+                    f"must map tool names to argument names, got {name!r}: {key!r}", key="tools"
+                )
+        validate_template(placeholder, PLACEHOLDER_FIELDS, key="placeholder")
         self.placeholder = placeholder
         self.keep_errors = keep_errors
-        self.batch_turns = batch_turns
-        self.clear_at_least = clear_at_least
+        self.batch_turns = check_int("batch_turns", batch_turns)
+        self.clear_at_least = check_int("clear_at_least", clear_at_least)
 
     def _reads(self, history: Sequence[Message]) -> tuple[list[_Read], int]:
         groups = tool_groups(history)
@@ -147,13 +140,20 @@ class SupersededReadMasking:
                         value=json.dumps(args[key], sort_keys=True, ensure_ascii=False),
                         others={k: v for k, v in args.items() if k != key},
                         results=results,
-                        failed=any(_looks_like_error(history[i]) for i in results),
+                        failed=any(is_error_result(history[i]) for i in results),
                     )
                 )
         return reads, len(groups)
 
-    def superseded(self, history: Sequence[Message]) -> dict[int, Message]:
-        """Index of each result to mask -> the masked copy (only those that save tokens)."""
+    def superseded(
+        self, history: Sequence[Message], *, token_counter: TokenCounter | None = None
+    ) -> dict[int, Message]:
+        """Index of each result to mask -> the masked copy (only those that save tokens).
+
+        ``token_counter`` counts what a mask saves (:meth:`compact` passes
+        ``ctx.token_counter``; ``None`` is the heuristic, the context's default).
+        """
+        count = (token_counter or HeuristicTokenCounter()).count_message
         reads, n_groups = self._reads(history)
         # Walk from the newest call back, remembering the successful later calls per key, to
         # find for each read the earliest later turn that supersedes it.
@@ -171,7 +171,7 @@ class SupersededReadMasking:
                     tool=read.tool, key=read.key, value=read.value.strip('"')
                 )
                 for index in read.results:
-                    masked = history[index].replace(content=text)
+                    masked = with_content(history[index], text)
                     candidates.append((min(by), index, masked))
             if read.results and not read.failed:
                 later.setdefault(slot, []).append((read.group, read.others))
@@ -180,16 +180,21 @@ class SupersededReadMasking:
         freed = [0] * n_groups
         useful: list[tuple[int, int, Message]] = []
         for turn, index, masked in candidates:
-            saved = self.counter.count_message(history[index]) - self.counter.count_message(masked)
+            saved = count(history[index]) - count(masked)
             if saved > 0:
                 freed[turn] += saved
                 useful.append((turn, index, masked))
-        horizon = _batched_horizon(n_groups, freed, self.batch_turns, self.clear_at_least)
+        horizon = batched_boundary(
+            n_groups,
+            batch_turns=self.batch_turns,
+            clear_at_least=self.clear_at_least,
+            unit_tokens=freed.__getitem__,
+        )
         return {index: masked for turn, index, masked in useful if turn < horizon}
 
     async def compact(self, ctx: CompactionContext) -> Sequence[Message] | None:
         """The history with superseded results masked, or ``None`` when there are none."""
-        masks = self.superseded(ctx.history)
+        masks = self.superseded(ctx.history, token_counter=ctx.token_counter)
         if not masks:
             return None
         out = list(ctx.history)
@@ -202,20 +207,3 @@ class SupersededReadMasking:
             f"SupersededReadMasking(tools={self.tools!r}, batch_turns={self.batch_turns}, "
             f"clear_at_least={self.clear_at_least})"
         )
-
-
-def _batched_horizon(n: int, freed: Sequence[int], batch_turns: int, clear_at_least: int) -> int:
-    """How many tool-call turns, oldest first, may supersede: all ``n``, rounded down to a
-    multiple of ``batch_turns``, then moved back to the last turn at which the tokens freed
-    so far cross a multiple of ``clear_at_least`` (the built-in maskers' batching rule), so
-    the masked prefix changes rarely and by at least that much. Stateless."""
-    horizon = n - n % batch_turns if batch_turns > 0 else n
-    if clear_at_least <= 0:
-        return horizon
-    total = allowed = 0
-    for turn in range(horizon):
-        before = total // clear_at_least
-        total += freed[turn]
-        if total // clear_at_least > before:
-            allowed = turn + 1
-    return allowed
