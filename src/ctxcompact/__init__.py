@@ -23,6 +23,7 @@ from ._contract import (
     Usage,
 )
 from ._controller import CompactionController, CompactionEvent
+from ._conversations import read_conversation
 from ._groups import ToolGroup, tool_groups
 from ._loader import ParamInfo, StrategyInfo, list_strategies, load_strategy
 from ._messages import ImagePart, Message, RawPart, TextPart, ToolCall
@@ -71,6 +72,7 @@ __all__ = [
     "list_strategies",
     "load_config",
     "load_strategy",
+    "read_conversation",
     "to_anthropic",
     "to_openai",
     "tool",
