@@ -230,10 +230,11 @@ class CompactionController:
         """
         return self._count.total(history, self.token_counter)
 
-    def observe_usage(self, usage: Usage, history: Sequence[Message]) -> None:
+    def observe_usage(self, usage: Usage | None, history: Sequence[Message]) -> None:
         """Record the provider's count for ``history`` (the stored history the call covered,
-        its assistant reply appended). A usage with no tokens is ignored."""
-        if usage.total_tokens > 0:
+        its assistant reply appended). ``None`` (``Completion.usage`` when the provider sent
+        none) and a usage with no tokens are ignored."""
+        if usage is not None and usage.total_tokens > 0:
             self._count.observe(usage.total_tokens, history, self.token_counter)
 
     def _trigger(self, tokens: int) -> Trigger | None:
