@@ -1,11 +1,11 @@
 """Replay every public trace through each built-in non-LLM strategy: tokens and cached cost.
 
-Each trace in ../shared/traces is replayed call by call (``ctxcompact.cli._replay``): every
-assistant message is a model call whose input is the history before it after triggered
-compaction and per-request transforms. Printed per configuration, summed over the traces:
-raw input tokens and cache-adjusted cost (cached prefix at 0.1) as percentages of no
-compaction, cache breaks, compactions, and whether the last 5 tool groups and every error
-result reached the model verbatim at every call.
+Each trace in tests/data/traces (or ``--traces DIR``) is replayed call by call
+(``ctxcompact.replay``): every assistant message is a model call whose input is the
+history before it after triggered compaction and per-request transforms. Printed per
+configuration, summed over the traces: raw input tokens and cache-adjusted cost (cached
+prefix at 0.1) as percentages of no compaction, cache breaks, compactions, and whether the
+last 5 tool groups and every error result reached the model verbatim at every call.
 
     .venv/bin/python benchmarks/bench_replay.py           # all traces (~30-60 s)
     .venv/bin/python benchmarks/bench_replay.py --quick   # 5 traces, 4 configurations
@@ -33,7 +33,7 @@ from ctxcompact.strategies import (
 )
 
 ROOT = Path(__file__).resolve().parents[1]
-TRACES = (ROOT / ".." / "shared" / "traces").resolve()
+TRACES = ROOT / "tests" / "data" / "traces"
 NEVER = 10**12  # a window no trace reaches: only the per-request transforms act
 KEEP_GROUPS = 5
 QUICK = {  # one or two of each agent, short and long
@@ -202,8 +202,9 @@ async def main() -> None:
     logging.getLogger("ctxcompact").setLevel(logging.ERROR)  # one warning per compaction
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="5 traces, 4 configurations")
+    parser.add_argument("--traces", type=Path, default=TRACES, help="folder of trace .json files")
     args = parser.parse_args()
-    paths = sorted(p for p in TRACES.glob("*.json") if not p.name.endswith(".meta.json"))
+    paths = sorted(p for p in args.traces.glob("*.json") if not p.name.endswith(".meta.json"))
     if args.quick:
         paths = [p for p in paths if p.stem in QUICK]
     traces = [(p.stem, read_conversation(p).messages) for p in paths]

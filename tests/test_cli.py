@@ -229,7 +229,7 @@ def test_validate_reports_problems_with_their_index(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("command", "content", "expected"),
     [
-        ("replay", '[{"role": "user", "content": "a"},\n {"content": ]', "message 1: invalid JSON"),
+        ("replay", '[{"role": "user", "content": "a"},\n {"content": ]', "line 2, column 14"),
         ("apply", '[{"role": "user", "content": "a"}, {"role": "robot"}]', "message 1, field"),
         ("validate", '{"model": "x"}', "expected a JSON list of messages"),
     ],

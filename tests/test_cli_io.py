@@ -79,22 +79,32 @@ def test_an_openai_request_body_is_openai() -> None:
 def test_format_can_be_forced() -> None:
     text = json.dumps([{"role": "user", "content": "hi"}])
     assert parse_conversation("x", text, fmt="anthropic").format == "anthropic"
-    with pytest.raises(CliError, match=r"x: message 0 \(line 1\): invalid JSON"):
+    with pytest.raises(CliError, match=r"^x: line 1, column 3: invalid JSON"):
         parse_conversation("x", "[{", fmt="jsonl")
 
 
 @pytest.mark.parametrize(
     ("text", "expected"),
     [
-        ('[{"role": "user", "content": "a"},\n {"role": "user", "content": }]', "message 1: "),
-        ('[{"role": "user", "content": "a"} {"role": "user"}]', "after message 0"),
-        ('{"role": "user", "content": "a"}\n{"role": "user", "content"\n', r"message 1 \(line 2\)"),
+        # JSON syntax errors name the line and column, never a message index.
+        (
+            '[{"role": "user", "content": "a"},\n {"role": "user", "content": }]',
+            "line 2, column 30: ",
+        ),
+        ('[{"role": "user", "content": "a"} {"role": "user"}]', "line 1, column 35: invalid JSON"),
+        ('{"role": "user", "content": "a"}\n{"role": "user", "content"\n', "line 2, column 27: "),
+        ('{"messages": [\n{"role": "user",,}]}', "line 2, column 17: invalid JSON"),
         ("", "empty file"),
         ('{"model": "x"}', "expected a JSON list of messages"),
         ('"just a string"', "got a string"),
         ('{"messages": {"role": "user"}}', '"messages" must be a list'),
         ('[{"role": "user", "content": "a"}, {"role": "robot", "content": "b"}]', "message 1"),
         ('[{"role": "user", "content": "a"}, 3]', "message 1"),
+        # A JSON Lines record: its line and its message index.
+        (
+            '{"role": "user", "content": "a"}\n\n{"content": "b"}\n',
+            "line 3: message 1, field 'role'",
+        ),
     ],
 )
 def test_errors_name_the_file_and_the_message(text: str, expected: str) -> None:

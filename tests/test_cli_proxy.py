@@ -62,7 +62,7 @@ def test_proxy_command_serves_and_compacts(tmp_path: Path) -> None:
     assert r.status_code == 200
     assert "action=compacted" in r.headers["x-ctxcompact"]
     sent = json.loads(fake.received[-1].body)["messages"]
-    assert sent[3]["content"] == "<system>历史 tool_call已隐藏</system>"
+    assert sent[3]["content"] == "[old tool result hidden]"
     log = err.decode()
     assert "POST /v1/chat/completions action=compacted" in log
     assert "sk-cli-secret" not in log

@@ -25,9 +25,9 @@ from ctxcompact.exceptions import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "config.example.toml"
-SEED_PLACEHOLDER = (
-    "[Observation masquée: résultat d\u2019outil ancien "
-    "(tool_call_id={tool_call_id}, outil={tool_name}, chars={original_chars})]"
+ENGLISH_PLACEHOLDER = (
+    "[Observation masked: old tool result "
+    "(tool_call_id={tool_call_id}, tool={tool_name}, chars={original_chars})]"
 )
 SECRET = "sk-test-5ecret-value-0123456789"
 
@@ -68,7 +68,7 @@ def test_defaults_match_the_agreed_values() -> None:
         0,
     )
     assert (s.batch_turns, s.clear_at_least) == (0, 0)
-    assert s.placeholder_template == SEED_PLACEHOLDER
+    assert s.placeholder_template == ENGLISH_PLACEHOLDER
     t = config.tool_result_truncation
     assert (t.enabled, t.max_chars, t.head_chars, t.tail_chars) == (False, 50_000, 2_000, 2_000)
     g = config.context_guard

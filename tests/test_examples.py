@@ -141,3 +141,61 @@ def test_an_example_with_a_real_openai_compatible_server(
     assert f"model: openai:{llama_server.model}" in done.stdout
     assert re.search(r"^answer: ", done.stdout, re.M)
     assert re.search(r"^model calls: [1-9]", done.stdout, re.M)
+
+
+def test_quickstart_offline_compacts_and_fits_the_window() -> None:
+    output = run_example("quickstart.py")
+    assert [line for line in output.splitlines() if line.startswith("answer: ")] == [
+        "answer: a.py: ok",
+        "answer: b.py: ok",
+        "answer: c.py: ok",
+    ]
+    done = re.findall(
+        r"^  compaction compacted by ToolResultHiding: (\d+) -> (\d+) messages, "
+        r"([\d,]+) -> ([\d,]+) tokens$",
+        output,
+        re.M,
+    )
+    assert done, output
+    for before_msgs, after_msgs, before, after in done:
+        assert before_msgs == after_msgs  # hiding keeps every message, shortens old results
+        assert int(after.replace(",", "")) < int(before.replace(",", ""))
+    # Every call went out below the window minus the reserve (4,000 - 1,000).
+    sent = [
+        int(n.replace(",", "")) for n in re.findall(r"^call: \d+ messages, ([\d,]+)", output, re.M)
+    ]
+    assert len(sent) == 6
+    assert max(sent) < 3_000
+    last = re.search(
+        r"^done: 13 messages, [\d,]+ tokens, (\d+) old tool results hidden$", output, re.M
+    )
+    assert last, output
+    assert int(last[1]) >= 1
+
+
+def test_quickstart_online_talks_to_an_openai_compatible_server() -> None:
+    from tests.proxy_servers import FakeUpstream, serve_in_thread
+
+    fake = FakeUpstream()
+    with serve_in_thread(fake.app()) as url:
+        env = {
+            k: v for k, v in os.environ.items() if k not in ("OPENAI_API_KEY", "OPENAI_BASE_URL")
+        }
+        args = ["--base-url", f"{url}/v1", "--model", "fake-model", "--api-key", "sk-local"]
+        done = subprocess.run(
+            [sys.executable, str(EXAMPLES / "quickstart.py"), *args],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd=ROOT,
+            env=env,
+            check=False,
+        )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert f"model: fake-model at {url}/v1" in done.stdout
+    # The fake answers in text (no tool call): one request per user message, each carrying
+    # the read_file tool and the growing history; its usage was fed to observe_usage.
+    bodies = [r.json() for r in fake.received if r.path == "/v1/chat/completions"]
+    assert [len(b["messages"]) for b in bodies] == [2, 4, 6]
+    assert all(b["tools"][0]["function"]["name"] == "read_file" for b in bodies)
+    assert "answer: saw 6 messages" in done.stdout

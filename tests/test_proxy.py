@@ -20,7 +20,7 @@ from ctxcompact.testing import FunctionStrategy
 from tests.proxy_servers import FakeUpstream, free_port, serve_in_thread
 
 SECRET = "sk-test-DO-NOT-LOG-4242"
-HIDDEN = "<system>历史 tool_call已隐藏</system>"
+HIDDEN = "[old tool result hidden]"
 
 
 def write_config(tmp_path: Path, upstream: str, extra: str = "", **compaction: Any) -> Path:
@@ -169,9 +169,9 @@ def test_schema1_transform_masks_every_request_when_enabled(
     assert "action=transformed" in raw.headers["x-ctxcompact"]
     sent = fake.received[-1].json()["messages"]
     tools = [m["content"] for m in sent if m["role"] == "tool"]
-    assert tools[0].startswith("[Observation masquée")
+    assert tools[0].startswith("[Observation masked: old tool result")
     assert "call_0" in tools[0]
-    assert tools[1].startswith("[Observation masquée")
+    assert tools[1].startswith("[Observation masked: old tool result")
     assert "call_1" in tools[1]
     assert tools[2] == messages[-1]["content"]
 

@@ -18,13 +18,12 @@ from ctxcompact import (
     from_openai,
 )
 from ctxcompact.exceptions import ConfigError
-from ctxcompact.strategies import ToolResultHiding
-from ctxcompact.strategies._shared import HIDDEN_PLACEHOLDER
+from ctxcompact.strategies import HIDDEN_PLACEHOLDER, KLIP13_PLACEHOLDER, ToolResultHiding
 from tests.gen import assistant, call, system, tool, user
 from tests.strategy_checks import assert_content_only, assert_safe, ctx_for, dump
 from tests.traces import load_trace, trace_names
 
-PLACEHOLDER = "<system>历史 tool_call已隐藏</system>"
+PLACEHOLDER = "[old tool result hidden]"
 
 
 def groups(n: int, *, calls: int = 1) -> list[Message]:
@@ -65,9 +64,12 @@ def results(history: list[Message]) -> list[int]:
     return [i for i, m in enumerate(history) if m.role == "tool"]
 
 
-def test_default_placeholder_is_klip13s() -> None:
+def test_default_placeholder_is_english_and_klip13s_text_is_a_preset() -> None:
     assert HIDDEN_PLACEHOLDER == PLACEHOLDER
     assert ToolResultHiding().placeholder == PLACEHOLDER
+    assert KLIP13_PLACEHOLDER == "<system>历史 tool_call已隐藏</system>"
+    h = groups(8)
+    assert hidden(h, placeholder=KLIP13_PLACEHOLDER) == results(h)[:3]
 
 
 def test_results_of_the_last_five_groups_stay() -> None:
@@ -146,14 +148,17 @@ def one_old_result(content: str | list[Any]) -> list[Message]:
     return [user("go"), assistant(None, call("a")), tool("a", content)]
 
 
-def test_a_result_is_hidden_only_when_the_placeholder_costs_fewer_tokens() -> None:
-    # The placeholder is 32 characters but 15 heuristic tokens, as much as 48 ASCII
-    # characters: "y" * 40 would grow if hidden, while 20 Chinese characters (26 tokens)
-    # shrink. Every path agrees: the fused one, hidden_indices and the batched one.
+@pytest.mark.parametrize(
+    ("placeholder", "chars", "tokens"), [(PLACEHOLDER, 24, 8), (KLIP13_PLACEHOLDER, 32, 15)]
+)
+def test_a_result_is_hidden_only_when_the_placeholder_costs_fewer_tokens(
+    placeholder: str, chars: int, tokens: int
+) -> None:
+    # KLIP-13's placeholder is 32 characters but 15 heuristic tokens, as much as 48 ASCII
+    # characters. Every path agrees: the fused one, hidden_indices and the batched one.
     counter = HeuristicTokenCounter()
-    limit = counter.count_text(PLACEHOLDER)
-    assert len(PLACEHOLDER) == 32
-    assert limit == 15
+    limit = counter.count_text(placeholder)
+    assert (len(placeholder), limit) == (chars, tokens)
     decided = {True: 0, False: 0}
     for size in range(1, 90):
         for text in ("y" * size, "表" * size, "é" * size, "y" * size + "表"):
@@ -161,14 +166,20 @@ def test_a_result_is_hidden_only_when_the_placeholder_costs_fewer_tokens() -> No
             shrinks = counter.count_text(text) > limit
             decided[shrinks] += 1
             expected = [2] if shrinks else []
-            assert hidden(h, preserve_recent_n=1) == expected, text
-            assert ToolResultHiding(preserve_recent_n=1).hidden_indices(h) == expected
-            assert hidden(h, preserve_recent_n=1, batch_turns=1) == expected, text
+            strategy = ToolResultHiding(preserve_recent_n=1, placeholder=placeholder)
+            assert hidden(h, preserve_recent_n=1, placeholder=placeholder) == expected, text
+            assert strategy.hidden_indices(h) == expected
+            assert hidden(h, preserve_recent_n=1, placeholder=placeholder, batch_turns=1) == (
+                expected
+            ), text
     assert decided[True] > 50
     assert decided[False] > 50
+    # Longer in characters than the placeholder yet no more tokens: kept; 20 Chinese
+    # characters (27 tokens) are fewer characters than either placeholder, yet hidden.
     newest = [assistant(None, call("b")), tool("b", "newest")]
-    assert hidden([*one_old_result("y" * 40), *newest], preserve_recent_n=1) == []
-    assert hidden([*one_old_result("表" * 20), *newest], preserve_recent_n=1) == [2]
+    params = {"preserve_recent_n": 1, "placeholder": placeholder}
+    assert hidden([*one_old_result("y" * (chars + 1)), *newest], **params) == []
+    assert hidden([*one_old_result("表" * 20), *newest], **params) == [2]
 
 
 def test_small_list_and_empty_results_stay() -> None:

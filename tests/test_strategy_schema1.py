@@ -17,8 +17,13 @@ from ctxcompact import (
     to_openai,
 )
 from ctxcompact.exceptions import ConfigError
-from ctxcompact.strategies import MaskPolicy, Schema1Masking, mask_old_tool_results
-from ctxcompact.strategies._shared import SCHEMA1_PLACEHOLDER
+from ctxcompact.strategies import (
+    SCHEMA1_PLACEHOLDER,
+    SCHEMA1_SEED_PLACEHOLDER,
+    MaskPolicy,
+    Schema1Masking,
+    mask_old_tool_results,
+)
 from tests.gen import assistant, call, system, tool, user
 from tests.strategy_checks import assert_content_only, assert_safe, dump, run
 from tests.traces import load_trace, trace_names
@@ -26,7 +31,8 @@ from tests.traces import load_trace, trace_names
 LONG = "x" * 200
 """Padding that makes a result longer than its rendered placeholder (about 90 characters)."""
 
-PH = "[Observation masquée: résultat d’outil ancien (tool_call_id={tool_call_id}, outil={tool_name}, chars={original_chars})]"  # noqa: E501
+PH = "[Observation masked: old tool result (tool_call_id={tool_call_id}, tool={tool_name}, chars={original_chars})]"  # noqa: E501
+PH_SEED = "[Observation masquée: résultat d’outil ancien (tool_call_id={tool_call_id}, outil={tool_name}, chars={original_chars})]"  # noqa: E501
 
 
 def turns(n: int, *, names: tuple[str, ...] = ("ls",), prefix: str = "c") -> list[Message]:
@@ -53,7 +59,8 @@ def mask_both(history: list[Message], **params: Any) -> list[int]:
 
     raw = to_openai(history)
     raw_copy = copy.deepcopy(raw)
-    policy = MaskPolicy(enabled=True, **params)
+    # The seed's function keeps the seed's French default: give it the strategy's template.
+    policy = MaskPolicy(enabled=True, **{"placeholder_template": SCHEMA1_PLACEHOLDER, **params})
     out = mask_old_tool_results(raw, policy)
     assert raw == raw_copy, "the dicts were mutated"
     assert len(out) == len(raw)
@@ -121,26 +128,32 @@ def test_placeholder_fields_are_filled() -> None:
     original = h[2].content
     assert isinstance(original, str)
     assert out[2].content == (
-        f"[Observation masquée: résultat d’outil ancien (tool_call_id=c0_0, outil=ls, "
-        f"chars={len(original)})]"
+        f"[Observation masked: old tool result (tool_call_id=c0_0, tool=ls, chars={len(original)})]"
     )
     assert out[2].tool_call_id == "c0_0"
 
 
-def test_default_template_is_seed_001s_french_text() -> None:
+def test_default_template_is_english_and_the_seed_function_keeps_the_french_text() -> None:
     assert SCHEMA1_PLACEHOLDER == PH
     assert Schema1Masking().policy.placeholder_template == PH
-    assert MaskPolicy().placeholder_template == PH
+    assert SCHEMA1_SEED_PLACEHOLDER == PH_SEED
+    assert MaskPolicy().placeholder_template == PH_SEED
+    h = turns(2)
+    raw = to_openai(h)
+    out = mask_old_tool_results(raw, MaskPolicy(enabled=True, window_turns=1))
+    assert str(out[2]["content"]).startswith("[Observation masquée: résultat d’outil ancien")
+    preset = run(Schema1Masking(window_turns=1, placeholder_template=SCHEMA1_SEED_PLACEHOLDER), h)
+    assert preset[2].content == out[2]["content"]
 
 
-def test_unresolvable_tool_name_is_inconnu() -> None:
+def test_unresolvable_tool_name_is_unknown() -> None:
     raw: list[dict[str, object]] = [
         {"role": "assistant", "content": None, "tool_calls": [{"id": "a", "type": "function"}]},
         {"role": "tool", "tool_call_id": "a", "content": "old " + LONG},
         *to_openai(turns(1)[1:]),
     ]
     out = mask_old_tool_results(raw, MaskPolicy(enabled=True, window_turns=1))
-    assert "outil=inconnu" in str(out[1]["content"])
+    assert "outil=unknown" in str(out[1]["content"])
 
 
 def test_custom_template() -> None:
@@ -382,13 +395,13 @@ def test_template_that_cannot_be_formatted_is_rejected() -> None:
 
 
 def test_result_costing_no_more_than_its_placeholder_is_kept() -> None:
-    # Around the boundary, for the default French template and a custom short one, in ASCII
+    # Around the boundary, for the default template, the seed's and a custom short one, in ASCII
     # and in Chinese: a result is masked exactly when it costs more tokens than the
     # placeholder that would replace it (the heuristic: about 3.25 ASCII characters a token,
     # 1.3 tokens a Chinese character), not when it is longer in characters.
     counter = HeuristicTokenCounter()
     decided = {True: 0, False: 0}
-    for template in (PH, "[masked {tool_name} {original_chars}]"):
+    for template in (PH, PH_SEED, "[masked {tool_name} {original_chars}]"):
         for size in range(5, 400, 3):
             for text in ("y" * size, "表" * (size // 3)):
                 h = turns(2)
@@ -403,9 +416,9 @@ def test_result_costing_no_more_than_its_placeholder_is_kept() -> None:
                 assert 4 not in changed  # the window's result
     assert decided[True] > 50
     assert decided[False] > 50
-    # Longer in characters than the French placeholder (87) yet cheaper (28 < 29): kept.
+    # Longer in characters than the placeholder (76) yet no more tokens (24 = 24): kept.
     h = turns(2)
-    h[2] = tool("c0_0", "y" * 90)
+    h[2] = tool("c0_0", "y" * 78)
     assert mask_both(h, window_turns=1) == []
 
 

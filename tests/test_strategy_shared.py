@@ -15,6 +15,7 @@ from ctxcompact.exceptions import ConfigError
 from ctxcompact.strategies._shared import (
     HEURISTIC_TOKENS_PER_EXTRA_BYTE,
     HIDDEN_PLACEHOLDER,
+    KLIP13_PLACEHOLDER,
     MAX_CHARS_PER_TOKEN,
     SCHEMA1_FIELDS,
     SCHEMA1_PLACEHOLDER,
@@ -36,7 +37,7 @@ def test_templates() -> None:
     with pytest.raises(ConfigError, match="unknown field"):
         validate_template("{tool_call_id} {0}", SCHEMA1_FIELDS, key="t")
     text = render_placeholder(SCHEMA1_PLACEHOLDER, tool_call_id="c 1", tool_name="", chars=42)
-    assert "outil=inconnu" in text
+    assert "tool=unknown" in text
     assert placeholder_pattern(SCHEMA1_PLACEHOLDER).fullmatch(text)
     assert not placeholder_pattern(SCHEMA1_PLACEHOLDER).fullmatch("ordinary output")
 
@@ -117,12 +118,13 @@ COUNTERS: list[TokenCounter] = [
     WholeMessageCounter(),
     SubclassedCounter(),
 ]
+PLACEHOLDERS = [HIDDEN_PLACEHOLDER, KLIP13_PLACEHOLDER, "[x]", "长长长长长"]
 TEXTS = st.text(alphabet=st.sampled_from("ab c\n{}:é表😀"), max_size=120) | st.text(max_size=60)
 
 
 @pytest.mark.parametrize("counter", COUNTERS, ids=lambda c: type(c).__name__)
 @settings(max_examples=60, deadline=None)
-@given(text=TEXTS, placeholder=st.sampled_from([HIDDEN_PLACEHOLDER, "[x]", "长长长长长"]))
+@given(text=TEXTS, placeholder=st.sampled_from(PLACEHOLDERS))
 def test_saved_is_the_difference_of_the_two_message_counts(
     counter: TokenCounter, text: str, placeholder: str
 ) -> None:
@@ -167,7 +169,7 @@ def test_shrinks_settles_rendered_placeholders_exactly(
     "counter", [HeuristicTokenCounter(), HeuristicTokenCounter(chars_per_token=0.5)]
 )
 @settings(max_examples=150, deadline=None)
-@given(text=TEXTS, placeholder=st.sampled_from([HIDDEN_PLACEHOLDER, "[x]", "长长长长长"]))
+@given(text=TEXTS, placeholder=st.sampled_from(PLACEHOLDERS))
 def test_heuristic_char_bound_is_exact_enough(
     counter: HeuristicTokenCounter, text: str, placeholder: str
 ) -> None:
@@ -184,7 +186,8 @@ def test_heuristic_char_bound_is_exact_enough(
 
 def test_char_bound_per_counter() -> None:
     heuristic = PlaceholderCost(HeuristicTokenCounter())
-    assert heuristic.tokens(HIDDEN_PLACEHOLDER) == 15
+    assert heuristic.tokens(HIDDEN_PLACEHOLDER) == 8
+    assert heuristic.tokens(KLIP13_PLACEHOLDER) == 15
     assert heuristic.char_bound(15) == 48  # 15 tokens of 3.25 ASCII characters
     assert heuristic.ascii_by_length
     # Below one character a token, a non-ASCII character (>= 1 token) packs more: rate 1.

@@ -1,4 +1,9 @@
-"""The public traces in ../shared/traces: real OpenAI-format conversations. Never edited."""
+"""The public traces in tests/data/traces: real OpenAI-format conversations. Never edited.
+
+They are copies, byte for byte, of other people's recorded agent runs (sources, commits and
+licences in tests/data/traces/README.md and licenses/), so the suite needs nothing beside the
+checkout.
+"""
 
 from __future__ import annotations
 
@@ -7,14 +12,14 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-TRACES_DIR = (Path(__file__).resolve().parents[1] / ".." / "shared" / "traces").resolve()
+TRACES_DIR = Path(__file__).resolve().parent / "data" / "traces"
 
 
 def trace_paths() -> list[Path]:
     """Every trace file (not the .meta.json files), sorted by name."""
     paths = sorted(p for p in TRACES_DIR.glob("*.json") if not p.name.endswith(".meta.json"))
     if not paths:
-        raise RuntimeError(f"no traces found in {TRACES_DIR}; shared/ must sit beside the repo")
+        raise RuntimeError(f"no traces found in {TRACES_DIR}; the checkout is incomplete")
     return paths
 
 

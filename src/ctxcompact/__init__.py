@@ -31,6 +31,7 @@ from ._controller import (
     PreparedRequest,
     Step,
 )
+from ._conversations import read_conversation
 from ._groups import ToolGroup, tool_groups
 from ._loader import ParamInfo, StrategyInfo, list_strategies, load_strategy
 from ._messages import ImagePart, Message, RawPart, TextPart, ToolCall
@@ -86,6 +87,7 @@ __all__ = [
     "list_strategies",
     "load_config",
     "load_strategy",
+    "read_conversation",
     "to_anthropic",
     "to_openai",
     "tool",

@@ -264,8 +264,8 @@ class CompactionController:
         state: ControllerState | None = None,
     ) -> None:
         """Record the provider's count for ``history`` (the stored history the call covered,
-        its assistant reply appended). ``None`` or a usage with no tokens is ignored, so a
-        completion's ``usage`` can be passed as it is."""
+        its assistant reply appended). ``None`` (``Completion.usage`` when the provider sent
+        none) and a usage with no tokens are ignored."""
         if usage is not None and usage.total_tokens > 0:
             (state or self.state).count.observe(usage.total_tokens, history, self.token_counter)
 

@@ -13,6 +13,7 @@ CtxCompactError
 │   ├── MissingDependencyError   an optional extra is not installed (the pip line to run)
 │   └── LLMRequiredError         a strategy needs an LLM and none was given
 ├── FormatError (ValueError)     malformed messages (message index, field)
+│   └── ConversationFileError    a conversation file that cannot be read (file, line, column)
 ├── CompactionError              a strategy failed at run time; the history is kept
 ├── MaxStepsExceeded             an agent run used its whole step budget (steps)
 └── LLMError                     a model call failed (status_code, retryable)
@@ -35,6 +36,7 @@ __all__ = [
     "CompactionError",
     "ConfigError",
     "ContextTooLongError",
+    "ConversationFileError",
     "CtxCompactError",
     "FormatError",
     "LLMConnectionError",
@@ -140,6 +142,51 @@ class FormatError(CtxCompactError, ValueError):
         super().__init__(f"{where}: {message}" if where else message)
         self.index = index
         self.field = field
+        self.detail = message
+
+
+class ConversationFileError(FormatError):
+    """A conversation file that cannot be read as a conversation.
+
+    The message starts with the file, then where in it: ``line L, column C`` for a JSON
+    syntax error, ``line L`` for a JSON Lines record, ``message N`` (and the field) for a
+    malformed message of a JSON list.
+
+    Attributes:
+        path: The file, as given.
+        line: The 1-based line at fault, when known.
+        column: The 1-based column of a JSON syntax error, when known.
+
+    Example:
+        >>> str(ConversationFileError("invalid JSON: Expecting value", path="a.json", line=3,
+        ...                           column=7))
+        'a.json: line 3, column 7: invalid JSON: Expecting value'
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        path: str,
+        line: int | None = None,
+        column: int | None = None,
+        index: int | None = None,
+        field: str | None = None,
+    ) -> None:
+        where = [path]
+        if line is not None:
+            where.append(f"line {line}" + (f", column {column}" if column is not None else ""))
+        if index is not None:
+            where.append(f"message {index}" + (f", field {field!r}" if field else ""))
+        elif field:
+            where.append(f"field {field!r}")
+        CtxCompactError.__init__(self, ": ".join([*where, message]))
+        self.index = index
+        self.field = field
+        self.detail = message
+        self.path = path
+        self.line = line
+        self.column = column
 
 
 class CompactionError(CtxCompactError):

@@ -230,12 +230,12 @@ def validate_template(template: str, allowed: Collection[str], *, key: str) -> N
 
 def render_placeholder(template: str, *, tool_call_id: str, tool_name: str, chars: int) -> str:
     """A Schema 1 style placeholder: ``template`` with ``{tool_call_id}``, ``{tool_name}``
-    (``inconnu`` when empty, as seed 001 says) and ``{original_chars}`` filled in.
+    (``unknown`` when empty; seed 001 writes ``inconnu``) and ``{original_chars}`` filled in.
 
     Example:
         >>> render_placeholder("[masked {tool_name} {tool_call_id}: {original_chars} chars]",
         ...                    tool_call_id="c1", tool_name="", chars=1200)
-        '[masked inconnu c1: 1200 chars]'
+        '[masked unknown c1: 1200 chars]'
     """
     return _shared.render_placeholder(
         template, tool_call_id=tool_call_id, tool_name=tool_name, chars=chars

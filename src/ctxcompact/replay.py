@@ -33,6 +33,7 @@ from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Literal
 
 from ._controller import ControllerState
+from ._conversations import read_conversation
 from ._messages import Message
 
 __all__ = [
@@ -43,6 +44,7 @@ __all__ = [
     "MeteredLLM",
     "ReplayMode",
     "ReplayStats",
+    "read_conversation",
     "replay",
 ]
 
@@ -222,6 +224,10 @@ class ReplayStats:
         summarizer_calls: Calls made to the summarizer LLM.
         summarizer_tokens: Tokens (input + output) those calls used.
         context_tokens: The input tokens of each call, in order (for plots).
+        call_costs: The cache-adjusted cost of each call, in order.
+        compaction_calls: The 1-based calls before which the history was compacted.
+        failed_calls: The 1-based calls before which a compaction failed.
+        cache_break_calls: The 1-based calls whose input broke the cache.
 
     Example:
         >>> (ReplayStats(calls=2, cost=3.0) + ReplayStats(calls=1, cost=1.5)).calls
@@ -239,6 +245,10 @@ class ReplayStats:
     summarizer_calls: int = 0
     summarizer_tokens: int = 0
     context_tokens: list[int] = field(default_factory=list)
+    call_costs: list[float] = field(default_factory=list)
+    compaction_calls: list[int] = field(default_factory=list)
+    failed_calls: list[int] = field(default_factory=list)
+    cache_break_calls: list[int] = field(default_factory=list)
 
     def add_call(self, bill: CallCost) -> None:
         self.calls += 1
@@ -247,14 +257,17 @@ class ReplayStats:
         self.cost += bill.cost
         self.cache_breaks += bill.cache_break
         self.context_tokens.append(bill.input_tokens)
+        self.call_costs.append(bill.cost)
+        if bill.cache_break:
+            self.cache_break_calls.append(self.calls)
 
     def __add__(self, other: ReplayStats) -> ReplayStats:
         total = ReplayStats()
         for f in fields(self):
             if f.name == "peak_context_tokens":
                 value: object = max(self.peak_context_tokens, other.peak_context_tokens)
-            elif f.name == "context_tokens":
-                value = [*self.context_tokens, *other.context_tokens]
+            elif isinstance(getattr(self, f.name), list):
+                value = [*getattr(self, f.name), *getattr(other, f.name)]
             else:
                 value = getattr(self, f.name) + getattr(other, f.name)
             setattr(total, f.name, value)
@@ -314,9 +327,11 @@ async def replay(
                         history = list(step.history)
                 if step.compacted:
                     stats.compactions += 1
+                    stats.compaction_calls.append(stats.calls + 1)
                 event = step.event
                 if event is not None and event.status in _FAILED:
                     stats.failed_compactions += 1
+                    stats.failed_calls.append(stats.calls + 1)
                     if on_failure is not None:
                         on_failure(event.error or event.status)
                 request = step.request

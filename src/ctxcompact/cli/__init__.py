@@ -49,7 +49,8 @@ def _add_input(parser: argparse.ArgumentParser) -> None:
         "--format",
         choices=FORMATS,
         help="input format (default: detected: JSON list = openai, one object per line = "
-        "jsonl, a body with 'system' or Anthropic blocks = anthropic)",
+        "jsonl, a body with 'system' or Anthropic blocks = anthropic, a Claude Code session "
+        "log = claude-code)",
     )
 
 

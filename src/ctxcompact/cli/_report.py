@@ -1,4 +1,5 @@
-"""What the commands print: text tables, the documented ``--json`` documents, the plot.
+"""What the commands print: text tables, the documented ``--json`` documents (the plot is in
+:mod:`._plot`).
 
 The JSON documents carry a ``schema`` string (``ctxcompact.<command>/1``); keys are only ever
 added under the same version, never renamed or removed.
@@ -7,13 +8,11 @@ added under the same version, never renamed or removed.
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..exceptions import MissingDependencyError
 from ..replay import FileReplay, ReplayStats
-from ._io import CliError
+from ._plot import plot_replays, require_matplotlib
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -176,23 +175,48 @@ _ROWS = (
     ("summarizer calls", "summarizer_calls", False),
     ("summarizer tokens", "summarizer_tokens", False),
 )
+_LOSS_KEYS = ("input_tokens", "cost")  # above 100% of no compaction: a loss
+_LEGEND = "(percentages are of no compaction; LOSS: above 100%, worse than not compacting)"
+
+
+def is_loss(value: float | None) -> bool:
+    """Whether a ratio to no compaction shows as more than 100.0%."""
+    return value is not None and round(value, 3) > 1
+
+
+def _cell(value: float, base: float, key: str, *, long: bool) -> str:
+    share = ratio(value, base)
+    text = _pct(share) + (" of no compaction" if long and share is not None else "")
+    if key in _LOSS_KEYS and is_loss(share):
+        text += ", LOSS" if long else " LOSS"
+    return f"{_num(value)} ({text})"
 
 
 def _block(
     title: str, labels: Sequence[str], baseline: ReplayStats, compacted: Sequence[ReplayStats]
 ) -> list[str]:
-    """Rows of statistics, one column for no compaction and one per strategy."""
-    width = 26
-    head = "".join(f"{_short(label, width - 2):>{width}}" for label in labels)
-    lines = [title, f"  {'':<22}{'no compaction':>15}{head}"]
+    """Rows of statistics, one column for no compaction and one per strategy.
+
+    With one strategy each percentage says what it is of; with several, a legend does.
+    """
+    long = len(labels) == 1
+    rows = []
     for name, key, with_ratio in _ROWS:
         base = getattr(baseline, key)
-        cells = ""
-        for stats in compacted:
-            value = getattr(stats, key)
-            shown = f"{_num(value)} ({_pct(ratio(value, base))})" if with_ratio else _num(value)
-            cells += f"{shown:>{width}}"
-        lines.append(f"  {name:<22}{_num(base):>15}{cells}")
+        cells = [
+            _cell(getattr(stats, key), base, key, long=long)
+            if with_ratio
+            else _num(getattr(stats, key))
+            for stats in compacted
+        ]
+        rows.append((name, _num(base), cells))
+    width = max(26, *(len(cell) + 2 for _, _, cells in rows for cell in cells))
+    head = "".join(f"{_short(label, width - 2):>{width}}" for label in labels)
+    lines = [title, f"  {'':<22}{'no compaction':>15}{head}"]
+    lines += [f"  {name:<22}{base:>15}{''.join(f'{c:>{width}}' for c in cells)}"
+              for name, base, cells in rows]  # fmt: skip
+    if not long:
+        lines.append(f"  {_LEGEND}")
     return lines
 
 
@@ -204,7 +228,7 @@ def _file_table(labels: Sequence[str], replays: Sequence[FileReplay]) -> list[st
     strategy_head = f"  {'strategy':<{label_width}}" if many else ""
     lines = [
         f"{'file':<{width}}{strategy_head}  {'calls':>6}  {'compact.':>8}  {'input':>7}  "
-        f"{'peak':>7}  {'cost':>7}  {'breaks':>6}"
+        f"{'peak':>7}  {'cost':>7}  {'breaks':>6}  verdict"
     ]
     for name, item in zip(names, replays, strict=True):
         b = item.baseline
@@ -214,9 +238,114 @@ def _file_table(labels: Sequence[str], replays: Sequence[FileReplay]) -> list[st
                 f"{name:<{width}}{strategy}  {c.calls:>6}  {c.compactions:>8}  "
                 f"{_pct(ratio(c.input_tokens, b.input_tokens)):>7}  "
                 f"{_pct(ratio(c.peak_context_tokens, b.peak_context_tokens)):>7}  "
-                f"{_pct(ratio(c.cost, b.cost)):>7}  {c.cache_breaks:>6}"
+                f"{_pct(ratio(c.cost, b.cost)):>7}  {c.cache_breaks:>6}  {_verdict_word(c, b)}"
             )
-    lines.append("(input, peak and cost as a percentage of no compaction)")
+    lines.append(_LEGEND)
+    return lines
+
+
+def _verdict_word(stats: ReplayStats, baseline: ReplayStats) -> str:
+    lost = [k for k in _LOSS_KEYS if is_loss(ratio(getattr(stats, k), getattr(baseline, k)))]
+    if lost:
+        return "LOSS (" + ", ".join("input" if k == "input_tokens" else k for k in lost) + ")"
+    if stats.compactions == 0 and stats.cost == baseline.cost:
+        return "no change"
+    return "saves"
+
+
+# What to try when a strategy costs more than not compacting, by the words in its name.
+# Measured on the seven mini-swe-agent traces (window 16,000, reserved 4,000): Schema 1 went
+# from 104.5% of no compaction to 93.7% with clear_at_least=4000 and 99.5% with
+# batch_turns=5, hiding from 86.3% to 80.8% and 85.8%; a larger keep window made both worse
+# (window_turns=16: 105.2%, preserve_recent_n=10: 100.7%), so it is not suggested.
+_ADVICE = (
+    (
+        ("then-summary", "thensummary"),
+        "compact later and less often: a smaller --reserved, or keep more recent messages "
+        "whole: --param max_preserved_messages=6",
+    ),
+    (
+        ("hiding", "schema1", "masking"),
+        "rewrite old results in batches, so the cached prefix survives between them: "
+        "--param clear_at_least={batch} (only once that many tokens are freed), or "
+        "--param batch_turns=5",
+    ),
+    (
+        ("summary",),
+        "summarize less often: a smaller --reserved (compacts later), or keep more recent "
+        "messages: --param max_preserved_messages=6",
+    ),
+    (
+        ("guard",),
+        "drop more at once so it happens less often: a larger --param reserve_tokens",
+    ),
+    (
+        ("truncation",),
+        "truncate only the biggest results: a larger --param max_chars",
+    ),
+)
+_GENERIC_ADVICE = (
+    "rewrite old messages less often: its batching parameters (clear_at_least, batch_turns) "
+    "if it has them"
+)
+
+
+def advice(label: str, trigger: int) -> str:
+    """The setting to try when the strategy named ``label`` costs more than no compaction.
+
+    ``trigger`` is the token count compaction starts at; a batch of a third of it is
+    suggested for ``clear_at_least``.
+    """
+    key = label.lower().replace("_", "-")
+    batch = max(1_000, round(trigger / 3, -3))
+    for words, text in _ADVICE:
+        if any(word in key for word in words):
+            return text.format(batch=f"{batch:.0f}")
+    return _GENERIC_ADVICE
+
+
+def _verdict(label: str, stats: ReplayStats, baseline: ReplayStats) -> str:
+    cost = ratio(stats.cost, baseline.cost)
+    share = ratio(stats.input_tokens, baseline.input_tokens)
+    if cost is None or share is None:
+        return f"{label}: no model call to compare"
+    if stats.compactions == 0 and stats.cost == baseline.cost:
+        return (
+            f"{label}: no change: the conversation never reached the trigger "
+            f"(peak {baseline.peak_context_tokens:,} tokens)"
+        )
+    figures = f"cost {_pct(cost)} of no compaction, input {_pct(share)}"
+    if is_loss(cost) or is_loss(share):
+        breaks = f"{stats.cache_breaks:,} cache breaks against {baseline.cache_breaks:,}"
+        return f"{label}: LOSS: {figures}; {breaks}"
+    return f"{label}: saves {1 - cost:.1%} of the cost ({figures})"
+
+
+def _verdicts(
+    settings: ReplaySettings,
+    baseline: ReplayStats,
+    compacted: Sequence[ReplayStats],
+    replays: Sequence[FileReplay],
+) -> list[str]:
+    """One line per strategy; a list of the files it loses on and what to try when any."""
+    lines = ["verdict (cache-adjusted cost decides):"]
+    trigger = settings.max_context_size - settings.reserved_context_size
+    for n, (label, stats) in enumerate(zip(settings.strategies, compacted, strict=True)):
+        lines.append(f"  {_verdict(label, stats, baseline)}")
+        losing = [
+            (item.name, ratio(item.compacted[n].cost, item.baseline.cost))
+            for item in replays
+            if any(
+                is_loss(ratio(getattr(item.compacted[n], k), getattr(item.baseline, k)))
+                for k in _LOSS_KEYS
+            )
+        ]
+        if len(replays) > 1 and losing:
+            shown = ", ".join(f"{_short_name(name)} (cost {_pct(r)})" for name, r in losing[:5])
+            more = f" and {len(losing) - 5} more" if len(losing) > 5 else ""
+            lines.append(f"    loses on {len(losing)} of {len(replays)} files: {shown}{more}")
+        if losing:
+            lines.append(f"    try: {advice(label, trigger)}")
     return lines
 
 
@@ -230,69 +359,19 @@ def replay_text(settings: ReplaySettings, replays: Sequence[FileReplay]) -> str:
         f"{settings.cached_price:g} | tokens: {settings.token_counter}",
         "",
     ]
+    baseline, compacted = total_of(replays, len(labels))
     if len(replays) > 1:
         lines += _file_table(labels, replays)
         lines.append("")
-        baseline, compacted = total_of(replays, len(labels))
         title = f"total: {len(replays)} files, {sum(i.messages for i in replays):,} messages"
         lines += _block(title, labels, baseline, compacted)
     else:
         for item in replays:
             title = f"{item.name}: {item.messages} messages"
             lines += _block(title, labels, item.baseline, item.compacted)
+    lines.append("")
+    lines += _verdicts(settings, baseline, compacted, replays)
     return "\n".join(lines)
-
-
-# -- plot ----------------------------------------------------------------------------------
-
-
-def require_matplotlib() -> None:
-    """Fail before a long replay, not after it, when ``--plot`` cannot work.
-
-    Raises:
-        MissingDependencyError: matplotlib (the ``plot`` extra) is not installed.
-    """
-    try:
-        import matplotlib  # noqa: F401
-    except ImportError:
-        raise MissingDependencyError("ctxcompact replay --plot", "plot") from None
-
-
-def plot_replays(settings: ReplaySettings, replays: Sequence[FileReplay], out: str) -> None:
-    """Draw context tokens per call for no compaction and each strategy, a panel per file.
-
-    Raises:
-        MissingDependencyError: matplotlib (the ``plot`` extra) is not installed.
-    """
-    require_matplotlib()
-    import matplotlib
-
-    matplotlib.use("Agg")  # files only; never open a window
-    import matplotlib.pyplot as plt
-
-    cols = min(3, len(replays))
-    rows = math.ceil(len(replays) / cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(5 * cols, 3.4 * rows), squeeze=False)
-    trigger = settings.max_context_size - settings.reserved_context_size
-    for ax, item in zip(axes.flat, replays, strict=False):
-        calls = range(1, item.baseline.calls + 1)
-        ax.plot(calls, item.baseline.context_tokens, label="no compaction", color="0.55")
-        for n, (label, stats) in enumerate(zip(settings.strategies, item.compacted, strict=True)):
-            ax.plot(calls, stats.context_tokens, label=label, color=f"C{n}")
-        ax.axhline(trigger, color="k", linestyle=":", linewidth=1, label="trigger")
-        ax.set_title(_short(_short_name(item.name), 48), fontsize=9)
-        ax.set_xlabel("model call")
-        ax.set_ylabel("context tokens")
-        ax.legend(fontsize=7)
-    for ax in list(axes.flat)[len(replays) :]:
-        ax.set_visible(False)
-    fig.tight_layout()
-    try:
-        fig.savefig(out, format="png", dpi=100)
-    except OSError as exc:
-        raise CliError(f"{out}: cannot write the plot: {exc.strerror or exc}") from None
-    finally:
-        plt.close(fig)
 
 
 def dumps(document: dict[str, Any]) -> str:

@@ -18,10 +18,20 @@ from ._hiding import ToolResultHiding
 from ._hiding_then_summary import HidingThenSummary
 from ._pipeline import Pipeline
 from ._schema1 import MaskPolicy, Schema1Masking, mask_old_tool_results
+from ._shared import (
+    HIDDEN_PLACEHOLDER,
+    KLIP13_PLACEHOLDER,
+    SCHEMA1_PLACEHOLDER,
+    SCHEMA1_SEED_PLACEHOLDER,
+)
 from ._summary import LLMSummary
 from ._truncation import ToolResultTruncation
 
 __all__ = [
+    "HIDDEN_PLACEHOLDER",
+    "KLIP13_PLACEHOLDER",
+    "SCHEMA1_PLACEHOLDER",
+    "SCHEMA1_SEED_PLACEHOLDER",
     "ContextGuard",
     "HidingThenSummary",
     "LLMSummary",

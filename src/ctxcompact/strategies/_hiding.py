@@ -61,7 +61,7 @@ class ToolResultHiding:
         >>> h = [Message.assistant(None, tool_calls=[ToolCall(id="a", name="ls", arguments="{}")]),
         ...      Message.tool("a", "a big output, longer than the placeholder in tokens too")]
         >>> ToolResultHiding(preserve_recent_n=0).hide(h)[1].content
-        '<system>历史 tool_call已隐藏</system>'
+        '[old tool result hidden]'
     """
 
     def __init__(

@@ -26,6 +26,7 @@ from ._errors import looks_like_error
 from ._shared import (
     SCHEMA1_FIELDS,
     SCHEMA1_PLACEHOLDER,
+    SCHEMA1_SEED_PLACEHOLDER,
     SET_DICT,
     SET_EXTRA,
     SET_FIELDS_SET,
@@ -62,7 +63,8 @@ class MaskPolicy:
         keep_errors: Leave results that look like errors (see the README's list) unmasked.
         keep_last_k_per_tool: Keep the last K results of each tool name even outside the
             window (``None`` or 0: off).
-        placeholder_template: Uses ``{tool_call_id}``, ``{tool_name}``, ``{original_chars}``.
+        placeholder_template: Uses ``{tool_call_id}``, ``{tool_name}``, ``{original_chars}``;
+            the seed's French text by default (:data:`SCHEMA1_SEED_PLACEHOLDER`).
         batch_turns: Not in the seed: move the boundary by multiples of this many turns.
         clear_at_least: Not in the seed: move the boundary only when it frees this many tokens.
 
@@ -75,7 +77,7 @@ class MaskPolicy:
     window_turns: int = 8
     keep_errors: bool = True
     keep_last_k_per_tool: int | None = None
-    placeholder_template: str = SCHEMA1_PLACEHOLDER
+    placeholder_template: str = SCHEMA1_SEED_PLACEHOLDER
     batch_turns: int = 0
     clear_at_least: int = 0
 
@@ -267,7 +269,9 @@ class Schema1Masking:
         window_turns: Newest tool turns (assistant messages with calls) left untouched.
         keep_errors: Keep results that look like errors unmasked.
         keep_last_k_per_tool: Keep the last K results of each tool name (0: off).
-        placeholder_template: Format string over the three fields above.
+        placeholder_template: Format string over the three fields above; default
+            ``[Observation masked: old tool result (tool_call_id=..., tool=..., chars=...)]``,
+            seed 001's own French text is the preset ``SCHEMA1_SEED_PLACEHOLDER``.
         batch_turns: When > 0, move the masked boundary by multiples of this many turns.
         clear_at_least: When > 0, move it only where it frees a further multiple of this many
             tokens (each result's tokens minus its placeholder's, counted from the oldest

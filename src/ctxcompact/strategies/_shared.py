@@ -28,9 +28,11 @@ if TYPE_CHECKING:
 __all__ = [
     "HEURISTIC_TOKENS_PER_EXTRA_BYTE",
     "HIDDEN_PLACEHOLDER",
+    "KLIP13_PLACEHOLDER",
     "MAX_CHARS_PER_TOKEN",
     "SCHEMA1_FIELDS",
     "SCHEMA1_PLACEHOLDER",
+    "SCHEMA1_SEED_PLACEHOLDER",
     "UNKNOWN_TOOL_NAME",
     "PlaceholderCost",
     "batched_boundary",
@@ -46,20 +48,30 @@ __all__ = [
     "with_content",
 ]
 
-HIDDEN_PLACEHOLDER = "<system>历史 tool_call已隐藏</system>"
-"""KLIP-13's placeholder for a hidden tool result (ToolResultHiding's default)."""
+HIDDEN_PLACEHOLDER = "[old tool result hidden]"
+"""ToolResultHiding's default placeholder (8 heuristic tokens, KLIP-13's own text costs 15)."""
+
+KLIP13_PLACEHOLDER = "<system>历史 tool_call已隐藏</system>"
+"""KLIP-13's own placeholder, a preset: ``ToolResultHiding(placeholder=KLIP13_PLACEHOLDER)``."""
 
 SCHEMA1_PLACEHOLDER = (
+    "[Observation masked: old tool result "
+    "(tool_call_id={tool_call_id}, tool={tool_name}, chars={original_chars})]"
+)
+"""Schema1Masking's default placeholder template: seed 001's text, in English."""
+
+SCHEMA1_SEED_PLACEHOLDER = (
     "[Observation masquée: résultat d’outil ancien "
     "(tool_call_id={tool_call_id}, outil={tool_name}, chars={original_chars})]"
 )
-"""Schema 1's placeholder template, as seed 001 writes it (French, ``d’outil``)."""
+"""Seed 001's template as written (French, ``d’outil``): the default of :class:`MaskPolicy`,
+a preset for ``Schema1Masking(placeholder_template=SCHEMA1_SEED_PLACEHOLDER)``."""
 
 SCHEMA1_FIELDS = frozenset({"tool_call_id", "tool_name", "original_chars"})
 """The fields a Schema 1 placeholder template may use."""
 
-UNKNOWN_TOOL_NAME = "inconnu"
-"""``{tool_name}`` when the call a result answers has no name (seed 001)."""
+UNKNOWN_TOOL_NAME = "unknown"
+"""``{tool_name}`` when the call a result answers has no name (seed 001 writes ``inconnu``)."""
 
 
 # -- fast copies ------------------------------------------------------------------------------
