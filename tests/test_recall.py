@@ -326,3 +326,16 @@ async def test_an_agent_model_recalls_a_hidden_result_with_the_public_api() -> N
 
 def test_recall_tool_is_a_tool() -> None:
     assert isinstance(recall_tool(MemoryStore()), Tool)
+
+
+def test_non_text_parts_are_named_not_shown() -> None:
+    image = {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}
+    store = MemoryStore()
+    message = Message.tool("call_7", [{"type": "text", "text": "a chart"}, image])
+    store.put(StoredOriginal.from_message(message, position=1, kind="dropped"))
+    out = recall(store)
+    assert out.splitlines() == [
+        "Tool result call_7 (1 lines, 7 characters, 1 non-text part(s) not shown), lines 1-1:",
+        "1: a chart",
+    ]
+    assert "base64" not in out

@@ -356,3 +356,12 @@ def test_threads_share_one_store_object(tmp_path: Path) -> None:
         for t in threads:
             t.join()
         assert len(store) == 80
+
+
+def test_records_of_short_lived_messages_never_mix_up_their_content() -> None:
+    """The JSON of a message is remembered by identity while it lives; a new message that
+    takes a dead one's memory address must get its own JSON."""
+    for i in range(200):
+        text = f"result number {i}"
+        stored = StoredOriginal.from_message(tool("c1", text), position=i, kind="hidden")
+        assert stored.message.text == text

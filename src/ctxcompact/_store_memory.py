@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import threading
 from collections import OrderedDict
 from typing import TYPE_CHECKING
@@ -15,6 +16,8 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
 __all__ = ["DEFAULT_MAX_BYTES", "MemoryStore"]
+
+logger = logging.getLogger("ctxcompact.store")
 
 DEFAULT_MAX_BYTES = 256 * 1024 * 1024
 """The default bound of a store: 256 MiB of message JSON (originals and summaries)."""
@@ -141,9 +144,11 @@ class MemoryStore:
         self._bytes += size
 
     def _evict(self) -> None:
+        evicted, freed = 0, 0
         while self._bytes > self.max_bytes and self._order:
             key, (_, size, _) = self._order.popitem(last=False)
             self._bytes -= size
+            evicted, freed = evicted + 1, freed + size
             if key[0] == "o":
                 okey = key[1]
                 ids = self._by_id.get((okey[0], okey[1]))
@@ -151,6 +156,14 @@ class MemoryStore:
                     ids.remove(okey)
                     if not ids:
                         del self._by_id[(okey[0], okey[1])]
+        if evicted:
+            logger.info(
+                "MemoryStore: evicted the %d least recently stored entries (%d bytes) to stay "
+                "under max_bytes=%d",
+                evicted,
+                freed,
+                self.max_bytes,
+            )
 
 
 def parse_summary(content: str) -> tuple[Message, ...]:

@@ -13,6 +13,7 @@ import re
 import string
 from typing import TYPE_CHECKING, Any
 
+from ._messages import TextPart
 from ._store_records import DEFAULT_NAMESPACE
 from ._tools import ERROR_PREFIX, Tool
 from .exceptions import ConfigError
@@ -225,15 +226,27 @@ def execute_recall(
             f"no removed result is stored for tool_call_id {call_id!r}. Only results that "
             "were hidden or removed can be recalled; use the id their placeholder names."
         )
-    return _window(call_id, record.message.text, offset, limit, regex)
+    message = record.message
+    other_parts = (
+        sum(1 for p in message.content if not isinstance(p, TextPart))
+        if isinstance(message.content, tuple)
+        else 0
+    )
+    return _window(call_id, message.text, offset, limit, regex, other_parts)
 
 
 def _window(
-    call_id: str, text: str, offset: int, limit: int | None, regex: re.Pattern[str] | None
+    call_id: str,
+    text: str,
+    offset: int,
+    limit: int | None,
+    regex: re.Pattern[str] | None,
+    other_parts: int,
 ) -> str:
     lines = text.splitlines()
     total = len(lines)
-    head = f"Tool result {call_id} ({total} lines, {len(text)} characters)"
+    parts = f", {other_parts} non-text part(s) not shown" if other_parts else ""
+    head = f"Tool result {call_id} ({total} lines, {len(text)} characters{parts})"
     if offset > max(total, 1):
         return f"{head}: offset {offset} is past the last line ({total})."
     budget = limit or DEFAULT_RECALL_LINES

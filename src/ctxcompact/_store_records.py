@@ -11,13 +11,14 @@ from __future__ import annotations
 import hashlib
 import json
 import time
+import weakref
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
 
 from ._messages import Message
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
 
 __all__ = [
     "DEFAULT_NAMESPACE",
@@ -57,6 +58,30 @@ def load_message(text: str) -> Message:
 
 def _sha256(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+# The JSON and hash of recently stored messages, by identity: the same removal is stored again
+# before every model call, and messages are immutable. Entries leave with their message.
+_DUMPED: dict[int, tuple[weakref.ref[Message], str, str]] = {}
+
+
+def _forget(key: int) -> Callable[[weakref.ref[Message]], None]:
+    def forget(_: weakref.ref[Message]) -> None:
+        _DUMPED.pop(key, None)
+
+    return forget
+
+
+def _dumped(message: Message) -> tuple[str, str]:
+    """``(dump_message(message), its SHA-256)``, computed once per message object."""
+    key = id(message)
+    hit = _DUMPED.get(key)
+    if hit is not None and hit[0]() is message:
+        return hit[1], hit[2]
+    content = dump_message(message)
+    digest = _sha256(content)
+    _DUMPED[key] = (weakref.ref(message, _forget(key)), content, digest)
+    return content, digest
 
 
 def message_key(message: Message) -> str:
@@ -133,7 +158,7 @@ class StoredOriginal:
         created_at: float | None = None,
     ) -> StoredOriginal:
         """A record of ``message``; the id defaults to its ``tool_call_id`` (or ``#position``)."""
-        content = dump_message(message)
+        content, digest = _dumped(message)
         key = tool_call_id or message.tool_call_id or f"#{position}"
         return cls(
             namespace=namespace,
@@ -141,7 +166,7 @@ class StoredOriginal:
             position=position,
             tool_name=tool_name,
             content=content,
-            content_hash=_sha256(content),
+            content_hash=digest,
             kind=kind,
             created_at=time.time() if created_at is None else created_at,
         )

@@ -96,7 +96,12 @@ def _align_segment(
         message = after[j]
         indices = candidates.get(_shape(message), [])
         start = bisect.bisect_left(indices, floor)
-        match = next((i for i in indices[start:] if before[i] == message), None)
+        content = message.content
+        # Content first: a replaced result differs there, and comparing it is cheap.
+        match = next(
+            (i for i in indices[start:] if before[i].content == content and before[i] == message),
+            None,
+        )
         if match is not None:
             kept[match] = True
             floor = match + 1

@@ -11,6 +11,7 @@ with a :class:`~ctxcompact.exceptions.StoreError` rather than misread.
 
 from __future__ import annotations
 
+import logging
 import os
 import sqlite3
 import threading
@@ -28,6 +29,8 @@ if TYPE_CHECKING:
     from ._messages import Message
 
 __all__ = ["SCHEMA_VERSION", "SQLiteStore"]
+
+logger = logging.getLogger("ctxcompact.store")
 
 SCHEMA_VERSION = 1
 """The version of the file layout this code writes (``PRAGMA user_version``)."""
@@ -300,3 +303,11 @@ class SQLiteStore:
             freed += size
         conn.executemany("DELETE FROM entries WHERE id = ?", doomed)
         conn.execute("UPDATE totals SET value = value - ? WHERE name = 'bytes'", (freed,))
+        logger.info(
+            "store %s: evicted the %d least recently stored entries (%d bytes) to stay under "
+            "max_bytes=%d",
+            self.path,
+            len(doomed),
+            freed,
+            self.max_bytes,
+        )
