@@ -335,7 +335,7 @@ def test_non_text_parts_are_named_not_shown() -> None:
     store.put(StoredOriginal.from_message(message, position=1, kind="dropped"))
     out = recall(store)
     assert out.splitlines() == [
-        "Tool result call_7 (1 lines, 7 characters, 1 non-text part(s) not shown), lines 1-1:",
+        "Tool result call_7 (1 line, 7 characters, 1 non-text part(s) not shown), lines 1-1:",
         "1: a chart",
     ]
     assert "base64" not in out

@@ -365,3 +365,31 @@ def test_records_of_short_lived_messages_never_mix_up_their_content() -> None:
         text = f"result number {i}"
         stored = StoredOriginal.from_message(tool("c1", text), position=i, kind="hidden")
         assert stored.message.text == text
+
+
+@pytest.mark.parametrize(
+    "module",
+    [
+        "store",
+        "_store_records",
+        "_store_memory",
+        "_store_sqlite",
+        "_store_removed",
+        "_store_recall",
+        "_referenced",
+    ],
+)
+def test_the_examples_in_the_docstrings_run(module: str) -> None:
+    import doctest
+    import importlib
+
+    result = doctest.testmod(importlib.import_module(f"ctxcompact.{module}"))
+    assert result.attempted > 0
+    assert result.failed == 0
+
+
+def test_a_path_under_home_is_expanded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HOME", str(tmp_path))
+    with SQLiteStore("~/.cache/ctxcompact/o.db") as store:
+        assert store.path == str(tmp_path / ".cache" / "ctxcompact" / "o.db")
+    assert (tmp_path / ".cache" / "ctxcompact" / "o.db").exists()

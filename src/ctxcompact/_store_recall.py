@@ -235,6 +235,10 @@ def execute_recall(
     return _window(call_id, message.text, offset, limit, regex, other_parts)
 
 
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
 def _window(
     call_id: str,
     text: str,
@@ -246,7 +250,7 @@ def _window(
     lines = text.splitlines()
     total = len(lines)
     parts = f", {other_parts} non-text part(s) not shown" if other_parts else ""
-    head = f"Tool result {call_id} ({total} lines, {len(text)} characters{parts})"
+    head = f"Tool result {call_id} ({_count(total, 'line')}, {len(text)} characters{parts})"
     if offset > max(total, 1):
         return f"{head}: offset {offset} is past the last line ({total})."
     budget = limit or DEFAULT_RECALL_LINES
@@ -270,10 +274,10 @@ def _window(
         chars += len(line) + 1
         last = number
     if regex is not None:
-        what = f"lines matching {regex.pattern!r} from line {offset}"
+        what = f"matching {regex.pattern!r} from line {offset}"
         if not shown:
             return f"{head}: no line from line {offset} on matches {regex.pattern!r}."
-        head = f"{head}, {len(shown)} {what}:"
+        head = f"{head}, {_count(len(shown), 'line')} {what}:"
     else:
         head = f"{head}, lines {offset}-{last}:"
     out = [head, *shown]

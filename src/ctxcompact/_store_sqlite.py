@@ -70,7 +70,7 @@ class SQLiteStore:
     record again makes it recent). Close it with :meth:`close` or a ``with`` block.
 
     Args:
-        path: The database file; created (with its directory) when missing.
+        path: The database file (``~`` expanded); created, with its directory, when missing.
         max_bytes: The bound, in bytes of message JSON, over all namespaces.
         busy_timeout: Seconds a write waits for another writer before failing.
 
@@ -95,7 +95,7 @@ class SQLiteStore:
         max_bytes: int = DEFAULT_MAX_BYTES,
         busy_timeout: float = DEFAULT_BUSY_TIMEOUT,
     ) -> None:
-        self.path = os.fspath(path)
+        self.path = os.path.expanduser(os.fspath(path))
         self.max_bytes = check_max_bytes(max_bytes)
         self._lock = threading.Lock()
         self._conn: sqlite3.Connection | None = None

@@ -46,7 +46,7 @@ Example:
     >>> record_removed(store, before, after)
     1
     >>> print(execute_recall(store, {"tool_call_id": "c1", "pattern": "two"}))
-    Tool result c1 (2 lines, 17 characters), 1 lines matching 'two' from line 1:
+    Tool result c1 (2 lines, 17 characters), 1 line matching 'two' from line 1:
     2: line two
 """
 
