@@ -8,6 +8,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -393,3 +394,40 @@ def test_a_path_under_home_is_expanded(tmp_path: Path, monkeypatch: pytest.Monke
     with SQLiteStore("~/.cache/ctxcompact/o.db") as store:
         assert store.path == str(tmp_path / ".cache" / "ctxcompact" / "o.db")
     assert (tmp_path / ".cache" / "ctxcompact" / "o.db").exists()
+
+
+_OPENER = textwrap.dedent(
+    """
+    import sys, time
+    from ctxcompact import Message
+    from ctxcompact.store import SQLiteStore, StoredOriginal
+    path, name, start = sys.argv[1], sys.argv[2], float(sys.argv[3])
+    time.sleep(max(0.0, start - time.time()))  # all open the new file at the same moment
+    with SQLiteStore(path) as store:
+        store.put(StoredOriginal.from_message(Message.tool(name, name), position=0, kind="hidden"))
+    """
+)
+
+
+def test_several_processes_can_create_the_same_new_file_at_once(tmp_path: Path) -> None:
+    path = str(tmp_path / "fresh.db")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    start = time.time() + 1.5
+    children = [
+        subprocess.Popen(
+            [sys.executable, "-c", _OPENER, path, f"p{k}", str(start)],
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        for k in range(3)
+    ]
+    for child in children:
+        _, err = child.communicate(timeout=60)
+        assert child.returncode == 0, err
+    with SQLiteStore(path) as store:
+        assert sorted(store.get("default", f"p{k}").message.text for k in range(3)) == [
+            "p0",
+            "p1",
+            "p2",
+        ]  # type: ignore[union-attr]
