@@ -96,6 +96,14 @@ def test_paging_through_everything_returns_every_line_once() -> None:
 
 def test_an_offset_past_the_end_says_so() -> None:
     assert recall(store_with("a\nb"), offset=5).endswith("offset 5 is past the last line (2).")
+    assert recall(store_with("a\nb"), offset=2).endswith("lines 2-2:\n2: b")
+
+
+def test_an_empty_result_says_so() -> None:
+    assert (
+        recall(store_with(""))
+        == "Tool result call_7 (0 lines, 0 characters): the result has no text."
+    )
 
 
 def test_a_window_stops_at_the_character_cap_and_says_where_to_go_on() -> None:
@@ -126,7 +134,7 @@ def test_a_pattern_respects_offset_and_limit() -> None:
     out = recall(store_with(LOG), pattern="ERROR", offset=300, limit=1).splitlines()
     assert out[1:] == [
         "500: 0500 ERROR disk full on /var/data",
-        "[more from line 501: call recall_tool_result with offset=501]",
+        "[more from line 501: call recall_tool_result with offset=501 and the same pattern]",
     ]
 
 

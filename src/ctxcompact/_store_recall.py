@@ -251,7 +251,9 @@ def _window(
     total = len(lines)
     parts = f", {other_parts} non-text part(s) not shown" if other_parts else ""
     head = f"Tool result {call_id} ({_count(total, 'line')}, {len(text)} characters{parts})"
-    if offset > max(total, 1):
+    if total == 0:
+        return f"{head}: the result has no text."
+    if offset > total:
         return f"{head}: offset {offset} is past the last line ({total})."
     budget = limit or DEFAULT_RECALL_LINES
     shown: list[str] = []
@@ -282,7 +284,10 @@ def _window(
         head = f"{head}, lines {offset}-{last}:"
     out = [head, *shown]
     if stopped_early or (regex is None and last < total):
-        out.append(f"[more from line {last + 1}: call {RECALL_TOOL_NAME} with offset={last + 1}]")
+        same = " and the same pattern" if regex is not None else ""
+        out.append(
+            f"[more from line {last + 1}: call {RECALL_TOOL_NAME} with offset={last + 1}{same}]"
+        )
     return "\n".join(out)
 
 
