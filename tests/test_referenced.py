@@ -6,12 +6,13 @@ from collections.abc import Callable, Sequence
 
 import pytest
 
-from ctxcompact import Message, from_openai
+from ctxcompact import CompactionController, HeuristicTokenCounter, Message, from_openai
 from ctxcompact._referenced import (
     ReferencedReport,
     distinctive_tokens,
     removed_then_referenced,
 )
+from ctxcompact.cli._replay import replay
 from ctxcompact.strategies import ToolResultHiding, ToolResultTruncation
 
 from .gen import assistant, call, tool, user
@@ -231,3 +232,27 @@ def test_on_a_trace_every_reference_is_in_the_answer_and_not_in_its_input(name: 
             assert token in written
             assert token in rec[detail.position].text
             assert token not in seen
+
+
+async def test_inputs_recorded_by_replay_give_the_same_figures() -> None:
+    rec = from_openai(load_trace("msa-gemini3pro__astropy__astropy-8872"))
+    counter = HeuristicTokenCounter()
+    controller = CompactionController(
+        ToolResultHiding(),
+        max_context_size=10**12,
+        reserved_context_size=0,
+        token_counter=counter,
+        transforms=(ToolResultHiding(preserve_recent_n=3),),
+    )
+    recorded: dict[int, Sequence[Message]] = {}
+    await replay(
+        rec, controller, counter=counter, on_call=lambda i, r: recorded.__setitem__(i, list(r))
+    )
+    direct = inputs_with(rec, ToolResultHiding(preserve_recent_n=3).hide)
+    assert recorded.keys() == direct.keys()
+    by_replay, by_hand = (
+        removed_then_referenced(rec, recorded),
+        removed_then_referenced(rec, direct),
+    )
+    assert by_replay.removed > 0
+    assert by_replay == by_hand

@@ -211,7 +211,8 @@ def removed_then_referenced(
 
     1. Each key of ``inputs`` is the index in ``recording`` of an assistant message (a model
        call's answer); its value is the input that call saw: ``recording[:index]`` after the
-       strategy (replay's ``on_call`` gives exactly these pairs).
+       strategy (replay's ``on_call`` gives exactly these pairs; keep a copy of each input,
+       ``list(request)``, as replay goes on appending to its history).
     2. A tool result at position ``p`` is *removed at call* ``c`` (``c > p``) when
        :func:`~ctxcompact.store.removed_originals` of ``recording[:c]`` and that input lists
        it: the input does not hold it verbatim (hidden, masked, truncated, dropped or
