@@ -165,16 +165,19 @@ class SQLiteStore:
     # -- the Protocol -------------------------------------------------------------------------
 
     def put(self, *records: StoredOriginal) -> None:
-        fitting = [r for r in records if r.size <= self.max_bytes]
-        rows = [
-            (r.namespace, "original", r.tool_call_id, r.position, r.content_hash, r.tool_name,
-             r.kind, r.created_at, r.size, r.content)
-            for r in fitting
-        ]  # fmt: skip
+        rows, skipped = [], []
+        for r in records:
+            size = r.size
+            if size > self.max_bytes:
+                skipped.append(r.tool_call_id)
+                continue
+            rows.append(
+                (r.namespace, "original", r.tool_call_id, r.position, r.content_hash,
+                 r.tool_name, r.kind, r.created_at, size, r.content)
+            )  # fmt: skip
         if rows:
             self._write(lambda conn: self._upsert(conn, rows))
-        if len(fitting) < len(records):
-            skipped = [r.tool_call_id for r in records if r.size > self.max_bytes]
+        if skipped:
             raise too_big(skipped, self.max_bytes)
 
     def get(
