@@ -16,6 +16,7 @@ CtxCompactError
 │   └── ConversationFileError    a conversation file that cannot be read (file, line, column)
 ├── CompactionError              a strategy failed at run time; the history is kept
 ├── MaxStepsExceeded             an agent run used its whole step budget (steps)
+├── StoreError                   an originals store failed (path); compaction stands
 └── LLMError                     a model call failed (status_code, retryable)
     ├── RateLimitError           429                                    retryable
     ├── ContextTooLongError      the request does not fit the model's window
@@ -48,6 +49,7 @@ __all__ = [
     "ModelNotFoundError",
     "RateLimitError",
     "ServerError",
+    "StoreError",
     "StrategyLoadError",
     "UserError",
 ]
@@ -205,6 +207,22 @@ class MaxStepsExceeded(CtxCompactError):
     def __init__(self, message: str, *, steps: int) -> None:
         super().__init__(message)
         self.steps = steps
+
+
+class StoreError(CtxCompactError):
+    """An originals store could not keep or read a record (a locked or corrupt file, a
+    record larger than the store's bound, a third-party store's own failure).
+
+    Callers report it and carry on: a compaction stands even when its originals could not be
+    stored.
+
+    Attributes:
+        path: The store's file, for a file-backed store.
+    """
+
+    def __init__(self, message: str, *, path: str | None = None) -> None:
+        super().__init__(f"{path}: {message}" if path else message)
+        self.path = path
 
 
 class LLMError(CtxCompactError):
