@@ -12,7 +12,7 @@ from ctxcompact._referenced import (
     distinctive_tokens,
     removed_then_referenced,
 )
-from ctxcompact.cli._replay import replay
+from ctxcompact.replay import replay
 from ctxcompact.strategies import ToolResultHiding, ToolResultTruncation
 
 from .gen import assistant, call, tool, user
