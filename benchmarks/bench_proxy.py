@@ -1,10 +1,14 @@
-"""Latency the proxy adds, and its throughput, on loopback.
+"""Latency the proxy adds, and its throughput, on loopback, with real trace content.
 
 The fake upstream and the proxy each run in their own process (uvicorn, one worker), so the
-client, the proxy and the upstream do not share a GIL. For requests of 20 and 200 messages
-it sends the same request straight to the upstream and through the proxy, alternating, and
-prints p50/p99 of both and of the difference; then requests per second through the proxy with
-16 concurrent clients. Bounded: a fixed number of requests, loopback only.
+client, the proxy and the upstream do not share a GIL. Requests are prefixes of the public
+traces (20 and 200 messages, cut before an assistant message, real tool outputs). For each it
+sends the same request straight to the upstream and through the proxy, alternating, and
+prints p50/p99 of both, of the difference, and their ratio: once with a window so large that
+nothing is rewritten (the proxy's own cost: parse, count, decide, forward, relay) and once
+with a 16,000-token window where every request is compacted and masked (the cost of a
+rewrite). Then requests per second through the proxy with 16 concurrent clients. Bounded: a
+fixed number of requests, loopback only.
 
     .venv/bin/python benchmarks/bench_proxy.py [--quick]
 """
@@ -27,6 +31,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from tests.proxy_servers import FakeUpstream, free_port  # noqa: E402
+from tests.traces import load_trace  # noqa: E402
+
+TRACES = ("claudecode__fa812bfe__precompact", "msa-gemini3pro__django__django-16560")
 
 
 def _run_upstream(port: int) -> None:
@@ -56,29 +63,13 @@ def _wait(url: str) -> None:
     raise RuntimeError(f"{url} did not come up")
 
 
-def history(n_messages: int) -> list[dict[str, Any]]:
-    messages: list[dict[str, Any]] = [
-        {"role": "system", "content": "You are a coding agent."},
-        {"role": "user", "content": "Fix the failing test in the parser module."},
-    ]
-    i = 0
-    while len(messages) < n_messages:
-        messages.append(
-            {
-                "role": "assistant",
-                "content": None,
-                "tool_calls": [
-                    {
-                        "id": f"call_{i}",
-                        "type": "function",
-                        "function": {"name": "bash", "arguments": json.dumps({"cmd": f"cat {i}"})},
-                    }
-                ],
-            }
-        )
-        messages.append({"role": "tool", "tool_call_id": f"call_{i}", "content": "x = 1\n" * 60})
-        i += 1
-    return messages[:n_messages]
+def history(n_messages: int, trace: str = TRACES[0]) -> list[dict[str, Any]]:
+    """The longest prefix of ``trace`` of at most ``n_messages`` that ends before an assistant
+    message: what an agent sends for its next call."""
+    messages = load_trace(trace)
+    end = max(k for k in range(1, min(n_messages, len(messages)) + 1)
+              if k == len(messages) or messages[k]["role"] == "assistant")  # fmt: skip
+    return messages[:end]
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -86,8 +77,9 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
-def latency(upstream: str, proxy: str, n_messages: int, rounds: int) -> None:
-    body = json.dumps({"model": "m", "messages": history(n_messages)}).encode()
+def latency(upstream: str, proxy: str, n_messages: int, rounds: int, trace: str) -> None:
+    messages = history(n_messages, trace)
+    body = json.dumps({"model": "m", "messages": messages}).encode()
     direct: list[float] = []
     proxied: list[float] = []
     with httpx.Client(timeout=30) as client:
@@ -104,7 +96,7 @@ def latency(upstream: str, proxy: str, n_messages: int, rounds: int) -> None:
             proxied.append((t2 - t1) * 1000)
     added = [p - d for p, d in zip(proxied, direct, strict=True)]
     print(
-        f"{n_messages:>4} msgs ({len(body) / 1024:6.1f} KiB)"
+        f"{len(messages):>4} msgs ({len(body) / 1024:6.1f} KiB, {trace[:22]})"
         f" | direct p50 {percentile(direct, 0.5):6.2f}"
         f" p99 {percentile(direct, 0.99):6.2f} ms | via proxy p50 {percentile(proxied, 0.5):6.2f}"
         f" p99 {percentile(proxied, 0.99):6.2f} ms | added p50 {percentile(added, 0.5):6.2f}"
@@ -113,8 +105,7 @@ def latency(upstream: str, proxy: str, n_messages: int, rounds: int) -> None:
     )
 
 
-async def throughput(url: str, n_messages: int, total: int, concurrency: int = 16) -> float:
-    body = json.dumps({"model": "m", "messages": history(n_messages)}).encode()
+async def throughput(url: str, body: bytes, total: int, concurrency: int = 16) -> float:
     queue = list(range(total))
     async with httpx.AsyncClient(timeout=60) as client:
 
@@ -129,52 +120,66 @@ async def throughput(url: str, n_messages: int, total: int, concurrency: int = 1
         return total / (time.perf_counter() - t0)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--quick", action="store_true", help="few requests (CI smoke run)")
-    args = parser.parse_args()
-    rounds, total = (30, 100) if args.quick else (300, 1000)
-
-    up_port, proxy_port = free_port(), free_port()
-    upstream, proxy = f"http://127.0.0.1:{up_port}", f"http://127.0.0.1:{proxy_port}"
-    config = Path(__file__).with_name(".bench_proxy.toml")
-    # A window large enough that no request triggers compaction: this measures the proxy's
-    # own cost (parse, count, decide, re-serialise only when changed, forward, relay).
-    config.write_text(
+def _write_config(path: Path, upstream: str, *, window: int) -> None:
+    path.write_text(
         "[compaction]\n"
         'strategy = "tool-result-hiding"\n'
-        "max_context_size = 1000000\n"
-        "reserved_context_size = 1000\n"
+        f"max_context_size = {window}\n"
+        "reserved_context_size = 4000\n"
+        "[observation_masking.schema1]\n"
+        "enabled = true\n"
         "[proxy]\n"
         f'openai_base_url = "{upstream}/v1"\n'
         f'anthropic_base_url = "{upstream}"\n',
         encoding="utf-8",
     )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="few requests (CI smoke run)")
+    args = parser.parse_args()
+    rounds, total = (30, 100) if args.quick else (300, 1000)
     ctx = mp.get_context("spawn")
-    procs = [
-        ctx.Process(target=_run_upstream, args=(up_port,), daemon=True),
-        ctx.Process(target=_run_proxy, args=(str(config), proxy_port), daemon=True),
-    ]
-    for p in procs:
-        p.start()
+    up_port = free_port()
+    upstream = f"http://127.0.0.1:{up_port}"
+    up = ctx.Process(target=_run_upstream, args=(up_port,), daemon=True)
+    up.start()
     try:
         _wait(f"{upstream}/v1/models")
-        _wait(f"{proxy}/v1/models")
-        print(f"proxy latency, {rounds} alternating requests per size (loopback, 2 cores)")
-        for n in (20, 200):
-            latency(upstream, proxy, n, rounds)
-        for n in (20, 200):
-            direct = asyncio.run(throughput(upstream, n, total))
-            via = asyncio.run(throughput(proxy, n, total))
-            print(
-                f"{n:>4} msgs | {total} requests, 16 concurrent | direct {direct:7.1f} req/s"
-                f" | via proxy {via:7.1f} req/s | ratio {via / direct:.2f}"
-            )
+        for label, window in (
+            ("nothing rewritten", 10_000_000),
+            ("every request rewritten", 16_000),
+        ):
+            config = Path(__file__).with_name(".bench_proxy.toml")
+            _write_config(config, upstream, window=window)
+            proxy_port = free_port()
+            proxy = f"http://127.0.0.1:{proxy_port}"
+            proc = ctx.Process(target=_run_proxy, args=(str(config), proxy_port), daemon=True)
+            proc.start()
+            try:
+                _wait(f"{proxy}/v1/models")
+                print(f"\n{label}: window {window:,}, {rounds} alternating requests per size")
+                for trace in TRACES:
+                    for n in (20, 200):
+                        latency(upstream, proxy, n, rounds, trace)
+                if window < 10_000_000:
+                    continue
+                for n in (20, 200):
+                    body = json.dumps({"model": "m", "messages": history(n)}).encode()
+                    direct = asyncio.run(throughput(upstream, body, total))
+                    via = asyncio.run(throughput(proxy, body, total))
+                    print(
+                        f"{n:>4} msgs | {total} requests, 16 concurrent | direct {direct:7.1f}"
+                        f" req/s | via proxy {via:7.1f} req/s | ratio {via / direct:.2f}"
+                    )
+            finally:
+                proc.terminate()
+                proc.join(5)
+                config.unlink(missing_ok=True)
     finally:
-        for p in procs:
-            p.terminate()
-            p.join(5)
-        config.unlink(missing_ok=True)
+        up.terminate()
+        up.join(5)
 
 
 if __name__ == "__main__":

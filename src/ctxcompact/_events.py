@@ -102,8 +102,10 @@ def rejection(history: Sequence[Message], output: object) -> str | None:
             return f"output item {i} is a {type(message).__name__}, not a Message"
     if not output and history:
         return "strategy returned an empty history"
-    before = Counter(p.kind for p in check_history(history))
     problems = check_history(output)
+    if not problems:
+        return None  # the common case: one validation, not two
+    before = Counter(p.kind for p in check_history(history))
     new = Counter(p.kind for p in problems) - before
     if new:
         first = next(p for p in problems if p.kind in new)

@@ -139,7 +139,8 @@ class Rewriter:
         except ValueError as exc:  # FormatError: let the upstream answer the malformed request
             return None, self._skipped(f"messages not understood: {type(exc).__name__}")
         counter = controller.token_counter
-        before = counter.count(history)
+        state = ControllerState()  # per request: the proxy keeps nothing between requests
+        before = controller.token_count(history, state=state)  # step() reuses this count
         # A max_tokens as large as the window cannot fit at all; the trigger needs a reserve
         # below the window, and then fires on any history.
         reserved = (
@@ -148,7 +149,7 @@ class Rewriter:
         step = await controller.step(
             history,
             max_output_tokens=max_tokens,
-            state=ControllerState(),
+            state=state,
             reserved_context_size=reserved,
         )
         errors = [f"transform {e}" for e in step.skipped]
