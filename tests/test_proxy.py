@@ -320,7 +320,9 @@ def test_strategy_failure_forwards_the_original_request(
     assert fake.received[-1].body == body
     report = r.headers["x-ctxcompact"]
     assert "action=failed" in report
-    assert "summarizer is down" in report
+    # The exception's type, not its text (which may quote the conversation).
+    assert report.endswith("error=strategy raised RuntimeError")
+    assert "summarizer is down" not in report
 
 
 def test_other_paths_pass_through_untouched(
@@ -411,7 +413,7 @@ def test_a_transform_that_raises_is_skipped_and_reported(
     assert r.status_code == 200
     report = r.headers["x-ctxcompact"]
     assert report.startswith("action=transformed")
-    assert "error=transform broken raised RuntimeError: transform bug" in report
+    assert report.endswith("error=transform broken raised RuntimeError")
     sent = fake.received[-1].json()["messages"]
     assert "characters truncated" in sent[-1]["content"]
 
