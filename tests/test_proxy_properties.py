@@ -32,7 +32,7 @@ EXTRA = (
 )
 ODD = ["\ud800", "\udfff", "\ud83d", "\ude00", "\x00", "\x1f", "\u2028", "😀", "终", '"', "\\", ""]
 PROPERTY = settings(
-    max_examples=80,
+    max_examples=100,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
@@ -115,6 +115,24 @@ def openai_bodies(draw: st.DrawFn) -> dict[str, Any]:
     return body
 
 
+@st.composite
+def anthropic_bodies(draw: st.DrawFn) -> dict[str, Any]:
+    messages: list[dict[str, Any]] = [{"role": "user", "content": draw(texts), **draw(extras)}]
+    for i in range(draw(st.integers(0, 5))):
+        use = {"type": "tool_use", "id": f"toolu_{i}", "name": "bash"}
+        use["input"] = draw(st.dictionaries(texts, json_values, max_size=2))
+        text = {"type": "text", "text": draw(texts)}
+        messages.append({"role": "assistant", "content": [text, use]})
+        result = draw(texts) * draw(st.sampled_from([1, 40, 400]))
+        block = {"type": "tool_result", "tool_use_id": f"toolu_{i}", "content": result}
+        messages.append({"role": "user", "content": [{**block, **draw(extras)}]})
+    body: dict[str, Any] = {"model": draw(texts), "max_tokens": 100, "messages": messages}
+    if draw(st.booleans()):
+        body["system"] = draw(texts)
+    body.update(draw(st.dictionaries(st.sampled_from(["temperature", "x", ""]), json_values)))
+    return body
+
+
 def encode(body: dict[str, Any], ascii_only: bool, spaced: bool) -> bytes:
     separators = (", ", ": ") if spaced else (",", ":")
     try:
@@ -130,33 +148,58 @@ def strict_loads(raw: bytes) -> Any:
     return json.loads(raw.decode("utf-8"), parse_constant=refuse)
 
 
+def ids(messages: list[dict[str, Any]]) -> list[Any]:
+    """Every tool-call and tool-result id, in order (OpenAI fields and Anthropic blocks)."""
+    found: list[Any] = []
+    for m in messages:
+        found.append(m.get("tool_call_id"))
+        found += [c["id"] for c in m.get("tool_calls") or []]
+        if isinstance(m.get("content"), list):
+            found += [b.get("id") or b.get("tool_use_id") for b in m["content"]]
+    return found
+
+
 @PROPERTY
-@given(body=openai_bodies(), ascii_only=st.booleans(), spaced=st.booleans())
+@given(
+    provider=st.sampled_from(["openai", "anthropic"]),
+    data=st.data(),
+    ascii_only=st.booleans(),
+    spaced=st.booleans(),
+)
 def test_valid_json_is_forwarded_as_sent_or_as_valid_json(
-    proxy: tuple[FakeUpstream, str], body: dict[str, Any], ascii_only: bool, spaced: bool
+    proxy: tuple[FakeUpstream, str],
+    provider: str,
+    data: st.DataObject,
+    ascii_only: bool,
+    spaced: bool,
 ) -> None:
     fake, url = proxy
+    body = data.draw(openai_bodies() if provider == "openai" else anthropic_bodies())
     raw = encode(body, ascii_only, spaced)
+    path = "/v1/chat/completions" if provider == "openai" else "/v1/messages"
     fake.received.clear()
-    r = httpx.post(f"{url}/v1/chat/completions", content=raw, timeout=30)
+    r = httpx.post(f"{url}{path}", content=raw, headers={"anthropic-version": "1"}, timeout=30)
     assert r.status_code == 200, r.text
     assert len(fake.received) == 1
     sent = fake.received[0].body
     action = r.headers["x-ctxcompact"].split(";")[0]
-    event(action)
+    event(f"{provider} {action}")
     if action in ("action=unchanged", "action=skipped") or sent == raw:
         assert sent == raw
         return
     out = strict_loads(sent)
     original = json.loads(raw)
-    # Everything but the messages is the client's and goes through as it came.
-    assert {k: v for k, v in out.items() if k != "messages"} == {
-        k: v for k, v in original.items() if k != "messages"
+    # Everything but the history is the client's and goes through as it came.
+    owned = ("messages", "system")
+    assert {k: v for k, v in out.items() if k not in owned} == {
+        k: v for k, v in original.items() if k not in owned
     }
+    assert out.get("system") == original.get("system")
     before, after = original["messages"], out["messages"]
-    assert [m.get("tool_call_id") for m in after] == [m.get("tool_call_id") for m in before]
+    assert ids(after) == ids(before)
+    assert [m["role"] for m in after] == [m["role"] for m in before]
     for old, new in zip(before, after, strict=True):
-        if old["role"] in ("system", "user"):
+        if old["role"] in ("system", "user") and isinstance(old["content"], str):
             assert new == old
 
 
