@@ -207,18 +207,29 @@ class RaisingRewriter:
 
 class UnencodableRewriter(RaisingRewriter):
     async def rewrite_openai(self, body: Body) -> tuple[Body | None, RewriteReport]:
-        return {**body, "oops": {1, 2}}, RewriteReport("transformed", "X", 1, 1, 1, 1)
+        report = RewriteReport("transformed", "Hiding", 90, 40, 4, 4)
+        return {**body, "oops": {1, 2}}, report
 
 
 @pytest.mark.parametrize(
-    ("rewriter", "reason"),
+    ("rewriter", "reason", "start"),
     [
         (
             RaisingRewriter(RecursionError("maximum recursion depth exceeded")),
             "rewriting raised RecursionError",
+            "action=failed; strategy=ToolResultHiding; tokens=0->0; messages=0->0;",
         ),
-        (RaisingRewriter(ValueError("SECRET-in-the-message")), "rewriting raised ValueError"),
-        (UnencodableRewriter(ValueError()), "encoding raised TypeError"),
+        (
+            RaisingRewriter(ValueError("SECRET-in-the-message")),
+            "rewriting raised ValueError",
+            "action=failed; strategy=ToolResultHiding; tokens=0->0; messages=0->0;",
+        ),
+        (
+            # The rewriter's report stands, with the counts of the request as it goes out.
+            UnencodableRewriter(ValueError()),
+            "encoding raised TypeError",
+            "action=failed; strategy=Hiding; tokens=90->90; messages=4->4;",
+        ),
     ],
     ids=["recursion", "value-error", "unencodable"],
 )
@@ -227,6 +238,7 @@ def test_anything_the_rewriter_raises_forwards_the_original_bytes(
     caplog: pytest.LogCaptureFixture,
     rewriter: BodyRewriter,
     reason: str,
+    start: str,
 ) -> None:
     fake, url = upstream
     caplog.set_level(logging.INFO)
@@ -237,8 +249,7 @@ def test_anything_the_rewriter_raises_forwards_the_original_bytes(
     assert r.status_code == 200
     assert fake.received[-1].body == raw
     header = r.headers["x-ctxcompact"]
-    assert header.startswith("action=failed; strategy=ToolResultHiding")
-    assert header.endswith(f"error=proxy {reason}")
+    assert header == f"{start} error=proxy {reason}"
     warnings = [rec for rec in caplog.records if rec.levelno >= logging.WARNING]
     assert len(warnings) == 1
     assert reason in warnings[0].getMessage()

@@ -9,6 +9,7 @@ type names and fixed reasons, never message content (:func:`safe_report_header`)
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
@@ -121,7 +122,11 @@ def build_app(
     async def passthrough(request: Request) -> Response:
         path = normalised_path(request.url.path)
         if path is None:
-            return _error(400, "request path leaves the proxy's base path")
+            return _error(
+                400,
+                "request path leaves the proxy's base path or is ambiguous (percent-encoded "
+                "dot segments or slashes, backslashes, control characters)",
+            )
         try:
             raw = await _read_body(request, settings.max_body_bytes)
         except _BodyTooLarge:
@@ -153,6 +158,7 @@ def build_app(
         # Fail-open: whatever the rewriter or the encoder raises (a RecursionError on a deep
         # body included), the request goes out as it came in.
         stage = "rewriting"
+        report: RewriteReport | None = None
         try:
             if provider == "openai":
                 new_body, report = await rewriter.rewrite_openai(body)
@@ -171,7 +177,17 @@ def build_app(
                 reason,
             )
             logger.debug("%s %s detail: %.500s", request.method, request.url.path, exc)
-            return raw, RewriteReport("failed", strategy, 0, 0, 0, 0, f"proxy {reason}")
+            if report is None:
+                return raw, RewriteReport("failed", strategy, 0, 0, 0, 0, f"proxy {reason}")
+            # The rewriter's counts stand for the request as received, which is what goes out.
+            unsent = dataclasses.replace(
+                report,
+                action="failed",
+                tokens_after=report.tokens_before,
+                messages_after=report.messages_before,
+                error="; ".join(filter(None, [report.error, f"proxy {reason}"])),
+            )
+            return raw, unsent
 
     async def _forward(
         request: Request,
