@@ -42,7 +42,7 @@ _SAFE_ERRORS: tuple[tuple[re.Pattern[str], str], ...] = tuple(
     (re.compile(rf"(?:^|; ){pattern}"), shown)
     for pattern, shown in (
         (
-            rf"transform (?P<name>{_NAME}) raised (?P<type>{_TYPE})(?=: |;|$)",
+            rf"transform (?P<name>{_NAME}) raised (?P<type>{_TYPE})(?=: | \(|;|$)",
             "transform {name} raised {type}",
         ),
         (rf"transform (?P<name>{_NAME}) output rejected: ", "transform {name} output rejected"),
@@ -64,6 +64,8 @@ _SAFE_ERRORS: tuple[tuple[re.Pattern[str], str], ...] = tuple(
             r"(?P<type>[A-Z]\w{0,63}(?:Error|Exception|Exit|Timeout|Interrupt)): ",
             "strategy raised {type}",
         ),
+        # A controller that withholds third-party exception messages itself.
+        (rf"(?P<type>{_TYPE}) \(message withheld", "strategy raised {type}"),
         (
             r"(?:strategy returned |output item \d+ is a |output breaks tool-call pairing)",
             "strategy output rejected",
