@@ -9,6 +9,8 @@ from __future__ import annotations
 import http.client
 import json
 import logging
+import socket
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -432,3 +434,22 @@ def test_startup_logs_upstreams_and_strategy_once_without_credentials(
     assert "strategy ToolResultHiding" in lines[0]
     assert "Schema1Masking" in lines[0]
     assert "pa55word" not in caplog.text
+
+
+def test_client_leaving_mid_upload_is_no_traceback_and_reaches_nobody(
+    upstream: tuple[FakeUpstream, str], tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    fake, url = upstream
+    with start_proxy(write_config(tmp_path, url)) as proxy:
+        parts = urlsplit(proxy)
+        with socket.create_connection((parts.hostname or "", parts.port or 0), timeout=10) as s:
+            s.sendall(
+                b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-length: 1000\r\n"
+                b'content-type: application/json\r\n\r\n{"model":'
+            )
+            time.sleep(0.2)
+        time.sleep(0.3)
+        after = post(proxy, json.dumps({"model": "m", "messages": openai_history(1, 1)}).encode())
+    assert after.status_code == 200
+    assert len(fake.received) == 1
+    assert "Traceback" not in capfd.readouterr().err

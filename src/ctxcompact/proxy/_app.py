@@ -18,6 +18,7 @@ from urllib.parse import unquote
 import httpx
 from starlette.applications import Starlette
 from starlette.background import BackgroundTask
+from starlette.requests import ClientDisconnect
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
@@ -98,6 +99,10 @@ class _BodyTooLarge(Exception):
     pass
 
 
+class _ClientGone(Exception):
+    pass
+
+
 def build_app(
     rewriter: BodyRewriter, settings: ProxySettings, *, client: httpx.AsyncClient | None = None
 ) -> Starlette:
@@ -131,6 +136,8 @@ def build_app(
             raw = await _read_body(request, settings.max_body_bytes)
         except _BodyTooLarge:
             return _too_large(settings.max_body_bytes)
+        except _ClientGone:
+            return _client_gone(request)
         provider = "anthropic" if _looks_anthropic(request.headers) else "openai"
         return await _forward(request, provider, path, raw, None)
 
@@ -139,6 +146,8 @@ def build_app(
             raw = await _read_body(request, settings.max_body_bytes)
         except _BodyTooLarge:
             return _too_large(settings.max_body_bytes)
+        except _ClientGone:
+            return _client_gone(request)
         try:
             body = parse_body(raw)
         except BodyError as exc:
@@ -309,12 +318,25 @@ async def _read_body(request: Request, limit: int) -> bytes:
         raise _BodyTooLarge
     chunks: list[bytes] = []
     size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise _BodyTooLarge
-        chunks.append(chunk)
+    try:
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                raise _BodyTooLarge
+            chunks.append(chunk)
+    except ClientDisconnect:
+        raise _ClientGone from None
     return b"".join(chunks)
+
+
+def _client_gone(request: Request) -> Response:
+    # Nobody will read this answer; it only ends the request without a traceback.
+    logger.info(
+        "%s %s: the client disconnected before sending the whole body",
+        request.method,
+        request.url.path,
+    )
+    return _error(400, "the client disconnected before sending the whole body")
 
 
 def _looks_anthropic(headers: Mapping[str, str]) -> bool:
