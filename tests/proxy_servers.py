@@ -210,3 +210,70 @@ def _anthropic_message(n_messages: int) -> dict[str, Any]:
         "stop_sequence": None,
         "usage": {"input_tokens": 10, "output_tokens": 3},
     }
+
+
+@contextmanager
+def serve_broken_stream(chunks: int = 2) -> Iterator[tuple[str, list[bytes]]]:
+    """An upstream that starts an SSE answer, sends ``chunks`` events, then drops the socket.
+
+    Plain sockets, not uvicorn: the connection is closed in the middle of a chunked body, as
+    when a provider's server dies mid-answer. Yields the base URL and the request heads it
+    received (one per connection).
+    """
+    server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+    server.settimeout(0.2)
+    heads: list[bytes] = []
+    stop = threading.Event()
+
+    def answer(conn: socket.socket) -> None:
+        with conn:
+            conn.settimeout(10)
+            data = b""
+            while b"\r\n\r\n" not in data:
+                part = conn.recv(65536)
+                if not part:
+                    return
+                data += part
+            head, _, rest = data.partition(b"\r\n\r\n")
+            heads.append(head)
+            length = 0
+            for line in head.split(b"\r\n")[1:]:
+                name, _, value = line.partition(b":")
+                if name.strip().lower() == b"content-length":
+                    length = int(value.strip())
+            while len(rest) < length:
+                part = conn.recv(65536)
+                if not part:
+                    return
+                rest += part
+            conn.sendall(
+                b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
+                b"transfer-encoding: chunked\r\n\r\n"
+            )
+            for i in range(chunks):
+                event = f'data: {{"i": {i}}}\n\n'.encode()
+                conn.sendall(f"{len(event):x}\r\n".encode() + event + b"\r\n")
+                time.sleep(0.05)
+            # No terminating zero-length chunk: the answer is cut off.
+
+    def accept() -> None:
+        while not stop.is_set():
+            try:
+                conn, _ = server.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            answer(conn)
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.getsockname()[1]}", heads
+    finally:
+        stop.set()
+        thread.join(timeout=10)
+        server.close()

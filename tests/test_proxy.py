@@ -320,8 +320,8 @@ def test_strategy_failure_forwards_the_original_request(
     assert fake.received[-1].body == body
     report = r.headers["x-ctxcompact"]
     assert "action=failed" in report
-    # A third-party exception's text may quote the conversation: the header names its type.
-    assert "RuntimeError" in report
+    # The exception's type, not its text (which may quote the conversation).
+    assert report.endswith("error=strategy raised RuntimeError")
     assert "summarizer is down" not in report
 
 
@@ -414,7 +414,7 @@ def test_a_transform_that_raises_is_skipped_and_reported(
     assert r.status_code == 200
     report = r.headers["x-ctxcompact"]
     assert report.startswith("action=transformed")
-    assert "error=transform broken raised RuntimeError" in report
+    assert report.endswith("error=transform broken raised RuntimeError")
     assert "transform bug" not in report
     sent = fake.received[-1].json()["messages"]
     assert "characters truncated" in sent[-1]["content"]

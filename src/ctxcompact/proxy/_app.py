@@ -1,27 +1,39 @@
-"""The ASGI app: parse, rewrite, forward, stream the upstream's answer back unchanged."""
+"""The ASGI app: parse, rewrite, forward, stream the upstream's answer back unchanged.
+
+Fail-open: a valid JSON body within the limits of :mod:`._json` is always forwarded, rewritten
+when the rewriter could, else byte for byte as received; nothing the rewriter raises becomes a
+500. What the proxy logs above DEBUG and puts in the ``x-ctxcompact`` header is exception
+type names and fixed reasons, never message content (:func:`safe_report_header`).
+"""
 
 from __future__ import annotations
 
 import contextlib
-import json
+import dataclasses
 import logging
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
+from urllib.parse import unquote
 
 import httpx
 from starlette.applications import Starlette
 from starlette.background import BackgroundTask
+from starlette.requests import ClientDisconnect
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from ._rewrite import Body, Rewriter, RewriteReport, dumps
+from .._events import strategy_name
+from ._json import BodyError, encode_body, parse_body
+from ._redact import display_url, safe_report_header
+from ._rewrite import Body, RewriteReport, dumps
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Mapping
 
     from starlette.requests import Request
+    from starlette.types import Send
 
-__all__ = ["ProxySettings", "build_app"]
+__all__ = ["BodyRewriter", "ProxySettings", "build_app", "safe_report_header"]
 
 logger = logging.getLogger("ctxcompact.proxy")
 
@@ -71,12 +83,28 @@ class ProxySettings:
     max_body_bytes: int = 32 * 1024 * 1024
 
 
+class BodyRewriter(Protocol):
+    """What the app needs from a rewriter (:class:`~ctxcompact.proxy._rewrite.Rewriter`).
+
+    Each method returns the new body, or ``None`` to forward the original bytes, and the
+    report for the ``x-ctxcompact`` header. The app survives anything they raise.
+    """
+
+    async def rewrite_openai(self, body: Body) -> tuple[Body | None, RewriteReport]: ...
+
+    async def rewrite_anthropic(self, body: Body) -> tuple[Body | None, RewriteReport]: ...
+
+
 class _BodyTooLarge(Exception):
     pass
 
 
+class _ClientGone(Exception):
+    pass
+
+
 def build_app(
-    rewriter: Rewriter, settings: ProxySettings, *, client: httpx.AsyncClient | None = None
+    rewriter: BodyRewriter, settings: ProxySettings, *, client: httpx.AsyncClient | None = None
 ) -> Starlette:
     """An ASGI app that compacts chat requests and forwards everything to the upstreams.
 
@@ -88,6 +116,7 @@ def build_app(
     """
     owned = client is None
     http = client or httpx.AsyncClient(timeout=httpx.Timeout(settings.timeout))
+    strategy, transforms = _names(rewriter)
 
     async def chat_completions(request: Request) -> Response:
         return await _handle(request, "openai")
@@ -96,60 +125,121 @@ def build_app(
         return await _handle(request, "anthropic")
 
     async def passthrough(request: Request) -> Response:
+        path = normalised_path(request.url.path)
+        if path is None:
+            return _error(
+                400,
+                "request path leaves the proxy's base path or is ambiguous (percent-encoded "
+                "dot segments or slashes, backslashes, control characters)",
+            )
         try:
             raw = await _read_body(request, settings.max_body_bytes)
         except _BodyTooLarge:
             return _too_large(settings.max_body_bytes)
+        except _ClientGone:
+            return _client_gone(request)
         provider = "anthropic" if _looks_anthropic(request.headers) else "openai"
-        return await _forward(request, provider, raw, None)
+        return await _forward(request, provider, path, raw, None)
 
     async def _handle(request: Request, provider: str) -> Response:
         try:
             raw = await _read_body(request, settings.max_body_bytes)
         except _BodyTooLarge:
             return _too_large(settings.max_body_bytes)
+        except _ClientGone:
+            return _client_gone(request)
         try:
-            body = json.loads(raw)
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            return _error(400, f"request body is not valid JSON: {exc}")
-        if not isinstance(body, dict):
-            return _error(400, "request body must be a JSON object")
-        if provider == "openai":
-            new_body, report = await rewriter.rewrite_openai(body)
-        else:
-            new_body, report = await rewriter.rewrite_anthropic(body)
-        logger.info(
-            "%s %s %s", request.method, request.url.path, report.header()
-        )  # never the headers: they carry the API key
-        out = raw if new_body is None else dumps(new_body)
-        return await _forward(request, provider, out, report)
+            body = parse_body(raw)
+        except BodyError as exc:
+            return _error(400, exc.reason)
+        out, report = await _rewrite(request, provider, body, raw)
+        # Never the headers: they carry the API key.
+        logger.info("%s %s %s", request.method, request.url.path, safe_report_header(report))
+        if report.error:
+            logger.debug(
+                "%s %s error detail: %.500s", request.method, request.url.path, report.error
+            )
+        return await _forward(request, provider, request.url.path, out, report)
+
+    async def _rewrite(
+        request: Request, provider: str, body: Body, raw: bytes
+    ) -> tuple[bytes, RewriteReport]:
+        # Fail-open: whatever the rewriter or the encoder raises (a RecursionError on a deep
+        # body included), the request goes out as it came in.
+        stage = "rewriting"
+        report: RewriteReport | None = None
+        try:
+            if provider == "openai":
+                new_body, report = await rewriter.rewrite_openai(body)
+            else:
+                new_body, report = await rewriter.rewrite_anthropic(body)
+            if new_body is None:
+                return raw, report
+            stage = "encoding"
+            return encode_body(new_body, dumps), report
+        except Exception as exc:
+            reason = f"{stage} raised {type(exc).__name__}"
+            logger.warning(
+                "%s %s: %s; forwarding the request unchanged",
+                request.method,
+                request.url.path,
+                reason,
+            )
+            logger.debug("%s %s detail: %.500s", request.method, request.url.path, exc)
+            if report is None:
+                return raw, RewriteReport("failed", strategy, 0, 0, 0, 0, f"proxy {reason}")
+            # The rewriter's counts stand for the request as received, which is what goes out.
+            unsent = dataclasses.replace(
+                report,
+                action="failed",
+                tokens_after=report.tokens_before,
+                messages_after=report.messages_before,
+                error="; ".join(filter(None, [report.error, f"proxy {reason}"])),
+            )
+            return raw, unsent
 
     async def _forward(
-        request: Request, provider: str, content: bytes, report: RewriteReport | None
+        request: Request,
+        provider: str,
+        path: str,
+        content: bytes,
+        report: RewriteReport | None,
     ) -> Response:
-        url = _upstream_url(settings, provider, request.url.path, request.url.query)
+        url = _upstream_url(settings, provider, path, request.url.query)
+        shown = display_url(url)
         headers = {k: v for k, v in request.headers.items() if k.lower() not in _DROP_REQUEST}
-        upstream_request = http.build_request(request.method, url, headers=headers, content=content)
+        try:
+            upstream_request = http.build_request(
+                request.method, url, headers=headers, content=content
+            )
+        except (httpx.InvalidURL, ValueError):
+            return _error(400, "request path or query cannot be forwarded as a URL", report)
         try:
             upstream = await http.send(upstream_request, stream=True)
         except httpx.TimeoutException as exc:
-            return _error(504, f"upstream timed out: {type(exc).__name__}", report)
+            logger.warning("upstream %s timed out: %s", shown, type(exc).__name__)
+            return _error(504, f"upstream {shown} timed out: {type(exc).__name__}", report)
         except httpx.HTTPError as exc:
-            return _error(502, f"upstream unreachable: {type(exc).__name__}: {exc}", report)
+            logger.warning("upstream %s unreachable: %s", shown, type(exc).__name__)
+            logger.debug("upstream %s detail: %.500s", shown, exc)
+            return _error(502, f"upstream unreachable: {type(exc).__name__} at {shown}", report)
         response_headers = {
             k: v for k, v in upstream.headers.items() if k.lower() not in _DROP_RESPONSE
         }
         if report is not None:
-            response_headers[REPORT_HEADER] = report.header()
-        return StreamingResponse(
-            _relay(upstream),
-            status_code=upstream.status_code,
-            headers=response_headers,
-            background=BackgroundTask(upstream.aclose),
-        )
+            response_headers[REPORT_HEADER] = safe_report_header(report)
+        return _Relay(upstream, shown, response_headers)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        logger.info(
+            "ctxcompact proxy: OpenAI upstream %s, Anthropic upstream %s, strategy %s, "
+            "transforms %s",
+            display_url(settings.openai_base_url),
+            display_url(settings.anthropic_base_url),
+            strategy,
+            transforms,
+        )
         try:
             yield
         finally:
@@ -171,11 +261,55 @@ def build_app(
     return app
 
 
-async def _relay(upstream: httpx.Response) -> AsyncIterator[bytes]:
-    # Raw bytes, chunk by chunk as they arrive: SSE streams are relayed without buffering and
-    # a compressed body keeps its content-encoding header.
-    async for chunk in upstream.aiter_raw():
-        yield chunk
+def _names(rewriter: object) -> tuple[str, str]:
+    """The strategy's name and the transforms' names, for the startup line and reports."""
+    # The rewriter holds them itself, or on the controller it delegates to.
+    holder = getattr(rewriter, "controller", rewriter)
+    strategy = getattr(holder, "strategy", None)
+    transforms = getattr(holder, "transforms", ())
+    return (
+        strategy_name(strategy) if strategy is not None else "unknown",
+        ", ".join(strategy_name(t) for t in transforms) or "none",
+    )
+
+
+class _Relay(StreamingResponse):
+    """The upstream's answer, relayed as raw bytes chunk by chunk as they arrive.
+
+    SSE streams are relayed without buffering and a compressed body keeps its
+    content-encoding header. An upstream that breaks off mid-answer is logged as one line and
+    the client's response is left incomplete (the server closes the connection), so the
+    client sees the answer cut off, as it was, instead of a well-formed but short one.
+    """
+
+    def __init__(self, upstream: httpx.Response, shown_url: str, headers: dict[str, str]) -> None:
+        self._chunks = upstream.aiter_raw()
+        super().__init__(
+            self._chunks,
+            status_code=upstream.status_code,
+            headers=headers,
+            background=BackgroundTask(upstream.aclose),
+        )
+        self._shown_url = shown_url
+
+    async def stream_response(self, send: Send) -> None:
+        await send(
+            {"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers}
+        )
+        relayed = 0
+        try:
+            async for chunk in self._chunks:
+                relayed += len(chunk)
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        except httpx.HTTPError as exc:
+            logger.warning(
+                "upstream %s broke off its answer after %d bytes: %s",
+                self._shown_url,
+                relayed,
+                type(exc).__name__,
+            )
+            return
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 
 async def _read_body(request: Request, limit: int) -> bytes:
@@ -184,16 +318,59 @@ async def _read_body(request: Request, limit: int) -> bytes:
         raise _BodyTooLarge
     chunks: list[bytes] = []
     size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise _BodyTooLarge
-        chunks.append(chunk)
+    try:
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                raise _BodyTooLarge
+            chunks.append(chunk)
+    except ClientDisconnect:
+        raise _ClientGone from None
     return b"".join(chunks)
+
+
+def _client_gone(request: Request) -> Response:
+    # Nobody will read this answer; it only ends the request without a traceback.
+    logger.info(
+        "%s %s: the client disconnected before sending the whole body",
+        request.method,
+        request.url.path,
+    )
+    return _error(400, "the client disconnected before sending the whole body")
 
 
 def _looks_anthropic(headers: Mapping[str, str]) -> bool:
     return "anthropic-version" in headers or "x-api-key" in headers
+
+
+def normalised_path(path: str) -> str | None:
+    """``path`` with its dot segments resolved, or ``None`` when it must be refused.
+
+    Refused: a path that climbs above the root (so, once appended to an upstream base URL,
+    it would leave the base path), a segment that still decodes to a dot segment or a slash
+    (``%2e%2e`` sent percent-encoded twice), a backslash (which some servers take for a
+    slash) and control characters.
+
+    Example:
+        >>> normalised_path("/v1/./models"), normalised_path("/v1/../../admin/keys")
+        ('/v1/models', None)
+    """
+    if "\\" in path or any(ord(c) < 0x20 or ord(c) == 0x7F for c in path):
+        return None
+    kept: list[str] = []
+    for segment in path.split("/")[1:]:
+        decoded = unquote(unquote(segment))
+        if decoded != segment and (decoded in (".", "..") or "/" in decoded or "\\" in decoded):
+            return None
+        if segment == ".":
+            continue
+        if segment == "..":
+            if not kept:
+                return None
+            kept.pop()
+            continue
+        kept.append(segment)
+    return "/" + "/".join(kept)
 
 
 def _upstream_url(settings: ProxySettings, provider: str, path: str, query: str) -> str:
@@ -209,7 +386,7 @@ def _upstream_url(settings: ProxySettings, provider: str, path: str, query: str)
 
 
 def _error(status: int, message: str, report: RewriteReport | None = None) -> Response:
-    headers = {REPORT_HEADER: report.header()} if report is not None else None
+    headers = {REPORT_HEADER: safe_report_header(report)} if report is not None else None
     body: Body = {"error": {"type": "ctxcompact_proxy_error", "message": message}}
     return JSONResponse(body, status_code=status, headers=headers)
 
