@@ -56,11 +56,13 @@ def assert_content_only(before: Sequence[Message], after: Sequence[Message]) -> 
 
 
 def assert_subsequence(before: Sequence[Message], after: Sequence[Message]) -> None:
-    """``after`` keeps ``before``'s order: each message is an input one (or its cut copy)."""
+    """``after`` keeps ``before``'s order: each message is an input one (or its cut copy:
+    a tool result, or the task a guard cut or noted its dropped steps on)."""
     j = 0
     for a in after:
         while j < len(before) and not (
-            before[j] is a or (before[j].role == "tool" and skeleton(before[j]) == skeleton(a))
+            before[j] is a
+            or (before[j].role in ("tool", "user") and skeleton(before[j]) == skeleton(a))
         ):
             j += 1
         assert j < len(before), f"{a!r} is not in the input, or is out of order"
