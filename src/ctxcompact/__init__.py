@@ -26,6 +26,7 @@ from ._controller import CompactionController, CompactionEvent
 from ._groups import ToolGroup, tool_groups
 from ._loader import ParamInfo, StrategyInfo, list_strategies, load_strategy
 from ._messages import ImagePart, Message, RawPart, TextPart, ToolCall
+from ._models import context_window, parse_context_error
 from ._openai_format import from_openai, to_openai
 from ._tokens import HeuristicTokenCounter, TiktokenCounter, TokenCounter
 from ._tools import Tool, ToolResult, tool
@@ -66,11 +67,13 @@ __all__ = [
     "Usage",
     "__version__",
     "check_history",
+    "context_window",
     "from_anthropic",
     "from_openai",
     "list_strategies",
     "load_config",
     "load_strategy",
+    "parse_context_error",
     "to_anthropic",
     "to_openai",
     "tool",
