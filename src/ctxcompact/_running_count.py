@@ -6,8 +6,8 @@ its place: by identity, and by equality only where identity fails (a request par
 has equal, new objects), in one C-level list comparison, so an agent's step costs about the
 same at 100 and at 10,000 messages (``benchmarks/bench_running_count.py``). A history that
 extends the one seen before costs only its new messages; one that differs somewhere (an
-edited or replaced message, a compaction, a shorter history) is recounted from the first
-difference, and the provider's count is dropped when the difference lies inside it.
+edited or replaced message, a compaction, a shorter history) is re-estimated from the first
+difference on, and the provider's count is dropped: it counted another history.
 """
 
 from __future__ import annotations
@@ -81,8 +81,9 @@ class RunningCount:
         start = _first_difference(seen, current)
         del seen[start:]
         del cum[start + 1 :]
-        if self._usage is not None and self._usage[1] > start:
-            self._usage = None  # the provider counted messages that are no longer there
+        # Not an extension of what the provider counted: its count no longer applies. The
+        # estimates of the unchanged prefix are kept (recounting them gives the same).
+        self._usage = None
         count = counter.count_message
         for message in current[start:]:
             seen.append(message)
