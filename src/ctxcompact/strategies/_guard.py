@@ -56,9 +56,10 @@ class ContextGuard:
     When the newest step alone does not fit, its tool results are cut head + tail, as much
     as needed (seed 003 L1 with adaptive sizes); the task is cut only when it alone is over
     the budget. The guarantee: the output fits the budget whenever the system messages, the
-    task (its cut minimum when it alone is over), the newest assistant message and about 12
-    tokens per newest tool result (each cut down to its marker) fit; otherwise
-    :class:`~ctxcompact.exceptions.ContextBudgetError` names each part and its tokens.
+    task (its cut minimum when it alone is over), the newest assistant message and about 16
+    tokens per newest tool result (each cut down to its marker, overhead included) fit;
+    otherwise :class:`~ctxcompact.exceptions.ContextBudgetError` names each part and its
+    tokens.
     Cuts and drops are logged at WARNING on ``ctxcompact.strategies.guard`` (sizes only).
     Usually a per-request transform: the stored history stays whole.
 
