@@ -582,3 +582,40 @@ async def test_triggered_guard_at_8k_takes_its_budget_from_the_context(
     assert COUNT.count(out) <= 8_000 - 1_000 - 1
     assert not controller.should_compact(out)
     assert check_history(out) == []
+
+
+def test_fill_keeps_older_steps_only_up_to_its_share_of_the_budget() -> None:
+    h = [user("task")]
+    for k in range(40):
+        h += [assistant(None, call(f"c{k}")), tool(f"c{k}", "r" * 300)]
+    budget = COUNT.count(h) // 2
+    full = guard(h, context_window=budget, reserve_tokens=0)
+    part = guard(h, context_window=budget, reserve_tokens=0, fill=0.5)
+    assert full is not None
+    assert part is not None
+    assert COUNT.count(part) <= budget // 2 < COUNT.count(full) <= budget
+    assert part[-2:] == h[-2:]  # the newest step is kept either way
+    assert part[1:] == full[len(full) - len(part) + 1 :]  # fewer of the same newest steps
+
+
+def test_fill_never_costs_the_newest_step() -> None:
+    # The newest step alone is over fill x budget but within the budget: kept whole.
+    h = [user("task"), assistant(None, call("a")), tool("a", "r" * 300)]
+    h += [assistant(None, call("b")), tool("b", "r" * 2000)]
+    budget = COUNT.count([h[0], *h[3:]]) + 60
+    out = guard(h, context_window=budget, reserve_tokens=0, fill=0.3)
+    assert out is not None
+    assert out[1:] == h[3:]
+
+
+def test_fill_defaults_to_the_whole_budget_per_request_and_80_percent_triggered() -> None:
+    assert ContextGuard(context_window=10_000).fill_ratio() == 1.0
+    assert ContextGuard().fill_ratio() == 0.8
+    assert ContextGuard(fill=0.6).fill_ratio() == 0.6
+
+
+@pytest.mark.parametrize("bad", [0, -0.5, 1.5, True, "0.8"])
+def test_a_fill_outside_zero_to_one_is_a_config_error(bad: object) -> None:
+    with pytest.raises(ConfigError) as info:
+        ContextGuard(fill=bad)  # type: ignore[arg-type]
+    assert info.value.key == "fill"

@@ -102,6 +102,8 @@ class Fitter:
         budget: Tokens the output may use.
         count: The token counter's ``count_message``.
         drop_marker: Note on the task how many steps after it were dropped.
+        fill: Older steps and turns are kept only up to this fraction of the budget; the
+            task and the newest step may use all of it.
     """
 
     def __init__(
@@ -113,9 +115,11 @@ class Fitter:
         budget: int,
         count: Callable[[Message], int],
         drop_marker: bool,
+        fill: float = 1.0,
     ) -> None:
         self.plan, self.work, self.tokens = plan, work, tokens
         self.budget, self.count = budget, count
+        self.soft = int(budget * fill)
         self.mark = drop_marker  # best effort: left out when it alone would not fit
         self.pinned = sum(t for m, t in zip(work, tokens, strict=True) if m.role in PINNED)
         block = plan.block
@@ -123,14 +127,14 @@ class Fitter:
 
     def fit(self) -> list[Message]:
         """The new history: within the budget, or :class:`ContextBudgetError`."""
-        plan, budget = self.plan, self.budget
+        plan, budget, soft = self.plan, self.budget, self.soft
         steps_tokens = sum(plan.unit_tokens[k] for k in plan.steps)
-        if self.fixed + steps_tokens <= budget:
+        if self.fixed + steps_tokens <= soft:
             # Every step fits: drop whole turns before the task, oldest first.
             used = self.fixed + steps_tokens
             first = plan.block[0] if plan.block else 0
             for start, end in reversed(plan.turns):
-                if used + plan.tokens_of(start, end) > budget:
+                if used + plan.tokens_of(start, end) > soft:
                     break
                 used += plan.tokens_of(start, end)
                 first = start
@@ -145,13 +149,13 @@ class Fitter:
         used -= marker_cost
         kept = 0
         for k in reversed(older):
-            if used + plan.unit_tokens[k] + marker_cost > budget:
+            if used + plan.unit_tokens[k] + marker_cost > soft:
                 break
             used += plan.unit_tokens[k]
             kept += 1
         # The note's count has fewer digits now than the bound it was costed with: make
         # sure its exact cost fits all the same.
-        while kept and used + self._marker_cost(len(older) - kept) > budget:
+        while kept and used + self._marker_cost(len(older) - kept) > soft:
             used -= plan.unit_tokens[older[len(older) - kept]]
             kept -= 1
         return self._assemble(plan.block[0] if plan.block else 0, len(older) - kept, {})
@@ -249,7 +253,7 @@ class Fitter:
             self.mark = False  # without the note it may fit: the guarantee does not count it
             return self._cut(newest, older, 0)
         if room < results_min:
-            self._fail(newest, task_min, step_fixed, results_min, marker_cost, len(results))
+            self._fail(newest, task_min, step_fixed, results_min, len(results))
         if task is not None and task in replaced:
             logger.warning(
                 "Context guard: cut the task message (%d → %d chars)",
@@ -276,7 +280,6 @@ class Fitter:
         task_tokens: int,
         step_fixed: int,
         results_min: int,
-        marker_cost: int,
         n_results: int,
     ) -> None:
         plan = self.plan
@@ -286,8 +289,6 @@ class Fitter:
         if plan.task is not None:
             block_rest = self.fixed - self.pinned - self.tokens[plan.task]
             parts[f"task (message {plan.task})"] = task_tokens + block_rest
-        if marker_cost:
-            parts["drop marker"] = marker_cost
         if newest is not None:
             parts[f"newest assistant message (message {plan.units[newest][0]})"] = step_fixed
         if n_results:
