@@ -619,3 +619,30 @@ def test_a_fill_outside_zero_to_one_is_a_config_error(bad: object) -> None:
     with pytest.raises(ConfigError) as info:
         ContextGuard(fill=bad)  # type: ignore[arg-type]
     assert info.value.key == "fill"
+
+
+def test_steps_are_dropped_in_batches_so_the_prefix_holds_for_several_requests() -> None:
+    history = [system("S"), user("task")]
+    for k in range(60):
+        history += [assistant(None, call(f"c{k}", "cat")), tool(f"c{k}", f"{k} " * 200)]
+    budget = COUNT.count(history[:42])
+    firsts = []
+    for end in range(44, len(history) + 1, 2):  # one more step per request
+        request = history[:end]
+        out = guard(request, context_window=budget, reserve_tokens=0, drop_batch=4)
+        assert out is not None
+        assert COUNT.count(out) <= budget
+        dropped = (len(request) - len(out)) // 2
+        older = (end - 2) // 2 - 1  # every step but the newest
+        assert dropped % 4 == 0 or dropped == older
+        assert out[1].text == "task\n\n" + DROP_MARKER.format(count=dropped)
+        firsts.append(out[2].tool_calls[0].id if out[2].tool_calls else None)
+    # The first kept step changes at most once per batch of requests, not at every one.
+    changes = sum(1 for a, b in itertools.pairwise(firsts) if a != b)
+    assert 0 < changes <= len(firsts) // 3
+
+
+def test_a_drop_batch_below_one_is_a_config_error() -> None:
+    with pytest.raises(ConfigError) as info:
+        ContextGuard(drop_batch=0)
+    assert info.value.key == "drop_batch"

