@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING
 from .._groups import tool_groups
 from .._messages import Message, TextPart
 from ..exceptions import ContextBudgetError
+from ._cut import cut_message, shrink, water_fill
 from ._shared import call_names, with_content
-from ._truncation import TRUNCATION_MARKER
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -238,17 +238,17 @@ class Fitter:
         task = plan.task
         task_tokens = tokens[task] if task is not None else 0
         room = budget - self.fixed + task_tokens - step_fixed - marker_cost  # task + results
-        minimum = {i: count(_cut_message(work[i], 0)) for i in results}
+        minimum = {i: count(cut_message(work[i], 0)) for i in results}
         results_min = sum(minimum.values())
         results_full = sum(tokens[i] for i in results)
         replaced: dict[int, Message] = {}
         dropped = older
         task_min = task_tokens
         if task is not None and task_tokens > budget:
-            task_min = count(_cut_message(work[task], 0))
+            task_min = count(cut_message(work[task], 0))
             share = min(results_full, max(results_min, room // 2))
             marked = dropped and self.mark
-            cut_task = _shrink(
+            cut_task = shrink(
                 work[task],
                 room - share + marker_cost,
                 count,
@@ -273,8 +273,8 @@ class Fitter:
                 len(replaced[task].text),
             )
         names = result_names(work)
-        for i, target in _water_fill([(i, tokens[i], minimum[i]) for i in results], room):
-            cut = _shrink(work[i], target, count)
+        for i, target in water_fill([(i, tokens[i], minimum[i]) for i in results], room):
+            cut = shrink(work[i], target, count)
             if cut is None:  # the fill never targets below the minimum
                 raise AssertionError("unreachable: a result cannot reach its own minimum")
             logger.warning(
@@ -309,83 +309,6 @@ class Fitter:
 
 
 # -- helpers -----------------------------------------------------------------------------------
-
-
-def _water_fill(items: list[tuple[int, int, int]], room: int) -> list[tuple[int, int]]:
-    """``(index, target)`` for each ``(index, tokens, minimum)`` item to cut so all fit ``room``.
-
-    The largest cap ``c`` with ``sum(max(minimum, min(tokens, c))) <= room``: every item
-    above it is cut to it (or to its minimum), the others stay whole.
-    """
-
-    def need(cap: int) -> int:
-        return sum(max(low, min(size, cap)) for _, size, low in items)
-
-    if need(max((size for _, size, _ in items), default=0)) <= room:
-        return []
-    lo, hi = 0, max(size for _, size, _ in items)
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if need(mid) <= room:
-            lo = mid
-        else:
-            hi = mid - 1
-    return [(i, max(low, lo)) for i, size, low in items if size > max(low, lo)]
-
-
-def _cut_message(message: Message, keep: int) -> Message:
-    """``message`` with its texts cut to ``keep`` characters in all, head + marker + tail."""
-    content = message.content
-    if isinstance(content, str):
-        return with_content(message, _cut_text(content, keep))
-    if not content:
-        return message
-    total = sum(len(p.text) for p in content if isinstance(p, TextPart))
-    parts = []
-    for part in content:
-        if isinstance(part, TextPart) and total:
-            part_keep = len(part.text) * keep // total
-            if part_keep < len(part.text):
-                part = part.model_copy(update={"text": _cut_text(part.text, part_keep)})
-        parts.append(part)
-    return message.model_copy(update={"content": tuple(parts)})
-
-
-def _cut_text(text: str, keep: int) -> str:
-    n = len(text)
-    if keep >= n:
-        return text
-    head = keep // 2
-    tail = keep - head
-    return text[:head] + TRUNCATION_MARKER.format(omitted=n - keep) + text[n - tail :]
-
-
-def _shrink(
-    message: Message,
-    target: int,
-    count: Callable[[Message], int],
-    finish: Callable[[Message], Message] | None = None,
-) -> Message | None:
-    """The longest cut of ``message`` (``_cut_message``, then ``finish``) costing at most
-    ``target`` tokens; ``None`` when even the shortest costs more."""
-    done = finish or (lambda m: m)
-    content = message.content
-    if isinstance(content, str):
-        length = len(content)
-    else:
-        length = sum(len(p.text) for p in content or () if isinstance(p, TextPart))
-    best = done(_cut_message(message, 0))
-    if count(best) > target:
-        return None
-    lo, hi = 0, length - 1
-    while lo < hi:  # the largest keep whose cut fits (the cost grows with keep, up to a digit)
-        mid = (lo + hi + 1) // 2
-        candidate = done(_cut_message(message, mid))
-        if count(candidate) <= target:
-            lo, best = mid, candidate
-        else:
-            hi = mid - 1
-    return best
 
 
 def _with_marker(message: Message, dropped: int) -> Message:
