@@ -10,4 +10,19 @@ if str(ROOT) not in sys.path:
 
 # The real llama.cpp server fixture, session-scoped: defined once here so every module that
 # asks for it shares one server (a fixture imported into two modules would start two).
+import logging  # noqa: E402
+
+import pytest  # noqa: E402
+
 from tests.llama_server import llama_server  # noqa: E402, F401
+
+
+@pytest.fixture(autouse=True)
+def _restore_ctxcompact_logging() -> object:
+    """The CLI's main() sets the ``ctxcompact`` logger's level and handlers, as a process
+    should; in-process CLI tests must not leave that to the tests that run after them."""
+    logger = logging.getLogger("ctxcompact")
+    level, handlers = logger.level, list(logger.handlers)
+    yield
+    logger.setLevel(level)
+    logger.handlers[:] = handlers

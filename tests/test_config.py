@@ -72,7 +72,8 @@ def test_defaults_match_the_agreed_values() -> None:
     t = config.tool_result_truncation
     assert (t.enabled, t.max_chars, t.head_chars, t.tail_chars) == (False, 50_000, 2_000, 2_000)
     g = config.context_guard
-    assert (g.enabled, g.reserve_tokens, g.truncate_first) == (False, 8192, True)
+    # None: the guard's own default (8,192 with the window the wiring gives it).
+    assert (g.enabled, g.reserve_tokens, g.truncate_first) == (False, None, True)
     assert (g.max_tool_result_chars, g.head_chars, g.tail_chars) == (50_000, 2_000, 2_000)
     assert type(c.reserved_context_size) is int  # the "not set" marker never leaks out
     assert (config.token_counting.method, config.token_counting.encoding) == (

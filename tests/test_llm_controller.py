@@ -74,6 +74,8 @@ async def test_a_summary_through_the_adapter_replaces_the_old_part() -> None:
     wire = Wire(openai_reply("The user asked for TODOs; two were found in a.py and b.py."))
     llm = OpenAIChatLLM("gpt-test", api_key=FAKE_KEY, max_retries=0, http_client=wire.client())
     before = history()
+    # A summary must cost less than what it replaces: give the old part a real grep output.
+    before[3] = Message.tool("c1", before[3].text + "\nc.py: no match" * 40)
 
     result = await CompactionController(
         LLMSummary(llm, max_preserved_messages=2), max_context_size=100_000

@@ -78,6 +78,9 @@ async def test_llm_summary_runs_end_to_end_through_the_real_server(
     bodies = http.bodies
     llm = adapter(llama_server, http)
     before = coding_session()
+    # A summary must cost less than what it replaces: the read gets a real traceback.
+    trace = '\nTraceback (most recent call last):\n  File "app.py", line 3\nTypeError: port'
+    before[3] = Message.tool("call_1", before[3].text + trace * 4)
     controller = CompactionController(
         LLMSummary(
             llm,

@@ -12,12 +12,12 @@ from ctxcompact._messages import Message
 from ctxcompact._tokens import HeuristicTokenCounter
 from ctxcompact._validate import check_history
 from ctxcompact.exceptions import (
-    BadResponseError,
     ConfigError,
     ContextTooLongError,
     LLMRequiredError,
     RateLimitError,
     ServerError,
+    SummaryRejectedError,
 )
 from ctxcompact.strategies import LLMSummary
 from ctxcompact.strategies._summary import SUMMARIZER_SYSTEM, SUMMARY_PREFIX
@@ -63,6 +63,12 @@ def work_history() -> list[Message]:
     ]
 
 
+def padded(text: str) -> str:
+    """``text`` made long enough that a short summary costs less than it (summaries that do
+    not shrink what they replace are refused)."""
+    return text + " " + "lorem ipsum " * 20
+
+
 def summary_text(message: Message) -> str:
     assert message.role == "user"
     assert message.text.startswith(SUMMARY_PREFIX)
@@ -89,7 +95,7 @@ async def test_keeps_the_last_messages_as_the_same_objects_and_summarizes_the_re
 
 async def test_the_cut_moves_before_a_group_with_parallel_calls_never_inside_it() -> None:
     history = [
-        user("old question"),
+        user(padded("old question")),
         assistant("old answer"),
         user("inspect both"),
         assistant(None, call("a", "ls"), call("b", "cat")),
@@ -108,7 +114,7 @@ async def test_a_result_separated_from_its_call_pulls_the_cut_back_to_the_call()
     # Malformed (a user message sits between the call and its result): the cut must not
     # summarize the call away and leave its result as an orphan.
     history = [
-        user("start"),
+        user(padded("start")),
         assistant("thinking"),
         assistant(None, call("a", "ls")),
         user("interjection"),
@@ -124,7 +130,7 @@ async def test_a_result_separated_from_its_call_pulls_the_cut_back_to_the_call()
 
 async def test_a_separated_result_inside_another_groups_run_also_pulls_the_cut_back() -> None:
     history = [
-        user("start"),
+        user(padded("start")),
         assistant("thinking"),
         assistant(None, call("a", "ls")),
         user("interjection"),
@@ -141,7 +147,7 @@ async def test_a_separated_result_inside_another_groups_run_also_pulls_the_cut_b
 
 
 async def test_keeps_pending_calls_when_nothing_is_preserved() -> None:
-    history = [user("go"), assistant("ok"), user("list"), assistant(None, call("p", "ls"))]
+    history = [user(padded("go")), assistant("ok"), user("list"), assistant(None, call("p", "ls"))]
     out = await LLMSummary(ScriptedLLM("s"), max_preserved_messages=0).compact(make_ctx(history))
     assert out is not None
     assert len(out) == 2
@@ -151,7 +157,7 @@ async def test_keeps_pending_calls_when_nothing_is_preserved() -> None:
 
 async def test_system_messages_stay_first_and_mid_history_ones_are_kept() -> None:
     note = system("Reminder: the repo uses tabs.")
-    history = [system("main"), user("a"), note, assistant("b"), user("c"), assistant("d")]
+    history = [system("main"), user(padded("a")), note, assistant("b"), user("c"), assistant("d")]
     out = await LLMSummary(ScriptedLLM("s")).compact(make_ctx(history))
     assert out is not None
     assert out[0] is history[0]
@@ -295,9 +301,10 @@ async def test_an_llm_error_propagates_typed_and_the_history_is_untouched(
 
 
 @pytest.mark.parametrize("answer", ["", "   \n", Message.assistant(None)])
-async def test_an_empty_answer_is_a_bad_response(answer: str | Message) -> None:
-    with pytest.raises(BadResponseError, match="no summary text"):
+async def test_an_empty_answer_is_refused(answer: str | Message) -> None:
+    with pytest.raises(SummaryRejectedError, match="no summary text") as info:
         await LLMSummary(ScriptedLLM(answer)).compact(make_ctx(work_history()))
+    assert info.value.reason == "empty"
 
 
 async def test_analysis_is_dropped_and_a_repeated_prefix_is_not_nested() -> None:
@@ -465,3 +472,122 @@ async def test_thinking_parts_of_the_answer_are_not_part_of_the_summary() -> Non
     assert out is not None
     assert summary_text(out[1]) == "Visible summary."
     assert out[1].model_extra in (None, {})
+
+
+# -- summary sanity (issue 11): what is refused, and that the history is kept ---------------------
+
+
+def big_history() -> list[Message]:
+    """~1,600 tokens: a dozen exchanges, the last two kept verbatim by the summary."""
+    out = [system("You are a coding agent.")]
+    for k in range(12):
+        out += [
+            user(f"step {k}: " + "please look at the file " * 8),
+            assistant(f"Looking at part {k}. " + "checking the code " * 10),
+        ]
+    return out
+
+
+async def refused(answer: str | Message | Completion, **params: int) -> SummaryRejectedError:
+    """The error LLMSummary raises for ``answer`` on :func:`big_history` (asserted raised)."""
+    history = big_history()
+    before = snapshot(history)
+    with pytest.raises(SummaryRejectedError) as info:
+        await LLMSummary(ScriptedLLM(answer), **params).compact(make_ctx(history))
+    assert snapshot(history) == before
+    return info.value
+
+
+async def test_a_million_character_reply_is_refused_and_the_controller_keeps_the_history() -> None:
+    # The issue's case: a server that ignores max_tokens took 1,605 tokens to 307,887.
+    from ctxcompact._controller import CompactionController
+
+    history = big_history()
+    reply = "word " * 200_000
+    controller = CompactionController(
+        LLMSummary(),
+        max_context_size=100_000,
+        reserved_context_size=500,
+        llm=ScriptedLLM(reply),
+        token_counter=COUNTER,
+    )
+    result = await controller.compact(history, force=True)
+    out, event = result.history, result.event
+    assert out is history
+    assert event is not None
+    assert event.status == "failed"
+    assert event.tokens_after == event.tokens_before == COUNTER.count(history)
+    assert event.error is not None
+    assert event.error.startswith("SummaryRejectedError: LLMSummary: summary refused (too_long)")
+    assert "word word" not in event.error  # sizes, never the text
+
+
+async def test_control_character_garbage_is_refused() -> None:
+    error = await refused("\x00\x01\x02\x1b[0m\x7f" * 50)
+    assert error.reason == "garbage"
+    error = await refused("Summary: " + "\ufffd\ue000" * 40)
+    assert error.reason == "garbage"
+
+
+@pytest.mark.parametrize("answer", ["1234 .... ---- 5678", "```\n{}\n```", "\U0001f600" * 9])
+async def test_an_answer_without_a_letter_is_refused(answer: str) -> None:
+    assert (await refused(answer)).reason == "no_letters"
+
+
+async def test_tool_calls_instead_of_a_summary_are_refused() -> None:
+    answer = Message.assistant(None, tool_calls=[call("x", "bash")])
+    assert (await refused(answer)).reason == "not_text"
+
+
+async def test_a_summary_not_smaller_than_what_it_replaces_is_refused() -> None:
+    history = [user("fix it"), assistant("ok"), user("thanks"), assistant("welcome")]
+    with pytest.raises(SummaryRejectedError, match="would replace 2 message") as info:
+        await LLMSummary(ScriptedLLM("The user asked to fix it.")).compact(make_ctx(history))
+    assert info.value.reason == "not_smaller"
+
+
+async def test_the_length_cap_is_twice_max_summary_tokens_in_the_contexts_counter() -> None:
+    # max_summary_tokens=100 caps the text the model wrote at 200 tokens (3.25 chars each).
+    fits = "x" * 650
+    over = "x" * 651
+    out = await LLMSummary(ScriptedLLM(fits), max_summary_tokens=100).compact(
+        make_ctx(big_history())
+    )
+    assert out is not None
+    assert summary_text(out[1]) == fits
+    assert (await refused(over, max_summary_tokens=100)).reason == "too_long"
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        "修复了 calc.py 的 add 函数；下一步：添加 mul。",  # letters of any script
+        "Ran pytest: \x1b[31mFAILED\x1b[0m test_add, then fixed add() in calc.py. " * 3,
+        "Summary\twith tabs\r\nand CRLF line ends, fine.",
+    ],
+)
+async def test_real_summaries_in_any_script_with_a_little_noise_are_accepted(answer: str) -> None:
+    out = await LLMSummary(ScriptedLLM(answer)).compact(make_ctx(big_history()))
+    assert out is not None
+    assert summary_text(out[1]) == answer.strip()
+
+
+async def test_hiding_then_summary_keeps_the_hiding_when_the_summary_is_refused() -> None:
+    from ctxcompact.strategies import HidingThenSummary
+
+    history = big_history()[:1]
+    history.append(user("read them"))
+    for k in range(8):
+        history += [assistant(None, call(f"c{k}", "cat")), tool(f"c{k}", f"file {k} " * 300)]
+    history.append(assistant("done reading"))
+    tokens = COUNTER.count(history)
+    llm = ScriptedLLM("\x00" * 500)
+    # A window hiding alone cannot meet, so the summary runs after it.
+    ctx = CompactionContext(history, tokens, 1_500, 1_000, llm=llm)
+    strategy = HidingThenSummary(llm, preserve_recent_n=1, max_input_tokens=50_000)
+    out = await strategy.compact(ctx)
+    assert out is not None
+    assert len(llm.requests) == 1  # the summary was tried, refused, and hiding kept
+    assert len(out) == len(history)
+    assert not any(m.text.startswith(SUMMARY_PREFIX) for m in out)
+    assert COUNTER.count(out) < tokens

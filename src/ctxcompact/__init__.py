@@ -35,6 +35,7 @@ from ._conversations import read_conversation
 from ._groups import ToolGroup, tool_groups
 from ._loader import ParamInfo, StrategyInfo, list_strategies, load_strategy
 from ._messages import ImagePart, Message, RawPart, TextPart, ToolCall
+from ._models import context_window, parse_context_error
 from ._openai_format import from_openai, to_openai
 from ._tokens import HeuristicTokenCounter, TiktokenCounter, TokenCounter
 from ._tools import Tool, ToolResult, tool
@@ -82,11 +83,13 @@ __all__ = [
     "Wiring",
     "__version__",
     "check_history",
+    "context_window",
     "from_anthropic",
     "from_openai",
     "list_strategies",
     "load_config",
     "load_strategy",
+    "parse_context_error",
     "read_conversation",
     "to_anthropic",
     "to_openai",

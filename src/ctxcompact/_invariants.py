@@ -109,11 +109,13 @@ def output_problems(
             )
         )
     moved = {j for j, _, _ in misplaced}
+    rewritten = _rewritten_in_place(before, messages, sources)
     new = [
         j
         for j, s in enumerate(sources)
         if s is None
         and j not in moved
+        and j not in rewritten
         and not (messages[j].role == "tool" or messages[j].tool_calls)
     ]
     if len(new) > max_new_messages:
@@ -164,6 +166,32 @@ def _by_invariant(problems: Sequence[Problem]) -> list[Problem]:
 
 
 # -- matching output to input ------------------------------------------------------------------
+
+
+def _rewritten_in_place(
+    before: Sequence[Message], after: Sequence[Message], sources: Sequence[int | None]
+) -> set[int]:
+    """Output messages that rewrite an input message of the same role at its place (a task
+    cut head+tail, a note appended to it): rewritten, not added. The replaced input message
+    lies between the input messages kept before and after it, nothing else keeps it, and the
+    rewrite starts with its text (a cut keeps the head): a message in its place with other
+    text (a summary, a new instruction) is a new message."""
+    used = {s for s in sources if s is not None}
+    found: set[int] = set()
+    for j, source in enumerate(sources):
+        if source is not None:
+            continue
+        low = max((s for s in sources[:j] if s is not None), default=-1)
+        high = min((s for s in sources[j + 1 :] if s is not None), default=len(before))
+        role = after[j].role
+        text = after[j].text
+        for i in range(low + 1, high):
+            head = before[i].text[:16]
+            if i not in used and before[i].role == role and text.startswith(head):
+                used.add(i)
+                found.add(j)
+                break
+    return found
 
 
 def _match(

@@ -15,6 +15,8 @@ CtxCompactError
 ├── FormatError (ValueError)     malformed messages (message index, field)
 │   └── ConversationFileError    a conversation file that cannot be read (file, line, column)
 ├── CompactionError              a strategy failed at run time; the history is kept
+│   ├── ContextBudgetError       what must be kept does not fit the budget (budget, required)
+│   └── SummaryRejectedError     a summary that is empty, garbage or not smaller (reason)
 ├── MaxStepsExceeded             an agent run used its whole step budget (steps)
 ├── StoreError                   an originals store failed (path); compaction stands
 └── LLMError                     a model call failed (status_code, retryable)
@@ -31,11 +33,17 @@ CtxCompactError
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
 __all__ = [
     "AuthenticationError",
     "BadResponseError",
     "CompactionError",
     "ConfigError",
+    "ContextBudgetError",
     "ContextTooLongError",
     "ConversationFileError",
     "CtxCompactError",
@@ -51,6 +59,7 @@ __all__ = [
     "ServerError",
     "StoreError",
     "StrategyLoadError",
+    "SummaryRejectedError",
     "UserError",
 ]
 
@@ -193,6 +202,41 @@ class ConversationFileError(FormatError):
 
 class CompactionError(CtxCompactError):
     """A strategy failed at run time. The controller keeps the history unchanged."""
+
+
+class ContextBudgetError(CompactionError):
+    """What a trimming strategy must keep does not fit its token budget.
+
+    The message names each part and its tokens (never message content), e.g. the system
+    messages, the task (the last user message) and the newest assistant message.
+
+    Attributes:
+        budget: The tokens the history may use.
+        required: Tokens of each part that must be kept, by name, in history order.
+    """
+
+    def __init__(self, budget: int, required: Mapping[str, int]) -> None:
+        parts = " + ".join(f"{name} {tokens}" for name, tokens in required.items())
+        need = sum(required.values())
+        super().__init__(
+            f"a budget of {budget} tokens cannot hold what must be kept: {parts} = {need} "
+            "tokens; raise the context window, lower the reserve or shorten these messages"
+        )
+        self.budget = budget
+        self.required = dict(required)
+
+
+class SummaryRejectedError(CompactionError):
+    """A summarizer's answer was refused; the history is kept as it was.
+
+    Attributes:
+        reason: A fixed word for why: ``empty``, ``not_text``, ``no_letters``, ``garbage``,
+            ``too_long`` or ``not_smaller``. The message adds sizes, never the summary text.
+    """
+
+    def __init__(self, message: str, *, reason: str) -> None:
+        super().__init__(message)
+        self.reason = reason
 
 
 class MaxStepsExceeded(CtxCompactError):

@@ -7,7 +7,7 @@
 | LLMSummary | yes | summarizes old messages into one user message (KLIP-13) |
 | HidingThenSummary | yes | hiding first, summary when hiding is not enough |
 | ToolResultTruncation | no | cuts huge tool results to head + tail |
-| ContextGuard | no | drops the oldest turns until the history fits |
+| ContextGuard | no | keeps system, task and the newest steps that fit; cuts the newest step |
 | Pipeline | - | runs strategies in order |
 """
 

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Literal
 
 # LLM is needed at run time, not only for typing: the loader injects by resolved annotation.
 from .._contract import LLM  # noqa: TC001
-from ..exceptions import ConfigError, LLMError, LLMRequiredError
+from ..exceptions import ConfigError, LLMError, LLMRequiredError, SummaryRejectedError
 from ._hiding import ToolResultHiding
 from ._shared import HIDDEN_PLACEHOLDER
 from ._summary import SUMMARY_PROMPT, LLMSummary
@@ -42,11 +42,14 @@ class HidingThenSummary:
        run. ``fallback="noop-only"`` is KLIP-13's literal rule: the summary waits for the next
        trigger, when hiding has become a no-op.
 
-    When the summary of step 3 fails with an :class:`~ctxcompact.exceptions.LLMError`, the
-    hidden history is returned (KLIP-13's outcome; the next trigger tries the summary again)
-    and the error is logged as a warning. Every other failure propagates, so the controller
-    keeps the history: a missing LLM raises :class:`~ctxcompact.exceptions.LLMRequiredError`
-    before anything runs.
+    When the summary of step 3 fails with an :class:`~ctxcompact.exceptions.LLMError` or is
+    refused (:class:`~ctxcompact.exceptions.SummaryRejectedError`: empty, not text, no
+    letters, garbage, over twice ``max_summary_tokens``, or not smaller than what it
+    replaces; see :class:`LLMSummary`), the hidden history is returned (KLIP-13's outcome;
+    the next trigger tries the summary again) and the error is logged as a warning.
+    When hiding changed nothing, the summary's failure propagates, and so does every other
+    failure: the controller keeps the history and reports ``failed`` with the reason. A
+    missing LLM raises :class:`~ctxcompact.exceptions.LLMRequiredError` before anything runs.
 
     Args:
         llm: The summarizer (injected by the loader, else ``ctx.llm`` at run time).
@@ -135,7 +138,7 @@ class HidingThenSummary:
         hidden_ctx = dataclasses.replace(ctx, history=hidden, token_count=max(0, estimate))
         try:
             summarized = await self.summary.compact(hidden_ctx)
-        except LLMError as exc:
+        except (LLMError, SummaryRejectedError) as exc:
             logger.warning("summary after hiding failed, keeping the hidden history: %s", exc)
             return hidden
         return hidden if summarized is None else summarized

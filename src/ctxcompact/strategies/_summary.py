@@ -8,7 +8,9 @@ user/assistant messages, summarize what comes before), with these fixes:
   oversized ones are cut head + tail so its own request fits ``max_input_tokens``;
 * an earlier summary is recognized by :data:`SUMMARY_PREFIX` and merged, never nested;
 * a summarizer that overflows retries once with a smaller input, one cut at its output limit
-  retries once asking for a shorter summary, then keeps the truncated text with a marker.
+  retries once asking for a shorter summary, then keeps the truncated text with a marker;
+* an answer that is not a usable summary is refused (:func:`check_summary`), so a server that
+  ignores ``max_tokens`` or returns garbage cannot grow or corrupt the history.
 """
 
 from __future__ import annotations
@@ -21,7 +23,12 @@ from typing import TYPE_CHECKING
 from .._contract import LLM  # noqa: TC001
 from .._groups import tool_groups
 from .._messages import ImagePart, Message, TextPart
-from ..exceptions import BadResponseError, CompactionError, ContextTooLongError, LLMRequiredError
+from ..exceptions import (
+    CompactionError,
+    ContextTooLongError,
+    LLMRequiredError,
+    SummaryRejectedError,
+)
 from ._shared import check_int
 
 if TYPE_CHECKING:
@@ -30,7 +37,15 @@ if TYPE_CHECKING:
     from .._contract import CompactionContext, Completion
     from .._tokens import TokenCounter
 
-__all__ = ["SUMMARIZER_SYSTEM", "SUMMARY_PREFIX", "SUMMARY_PROMPT", "LLMSummary"]
+__all__ = [
+    "MAX_GARBAGE_FRACTION",
+    "SUMMARIZER_SYSTEM",
+    "SUMMARY_LENGTH_FACTOR",
+    "SUMMARY_PREFIX",
+    "SUMMARY_PROMPT",
+    "LLMSummary",
+    "check_summary",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -71,6 +86,19 @@ update what changed, drop what no longer matters. Do not nest or quote it whole.
 - Plain text under the five headings above. No preamble, do not address the user."""
 """The default instructions, appended after the transcript of the messages to summarize."""
 
+SUMMARY_LENGTH_FACTOR = 2
+"""A summary's text (without :data:`SUMMARY_PREFIX`) may cost at most this many times
+``max_summary_tokens``, in the context's counter (which may count more than the model's
+tokenizer: the heuristic overcounts English by up to ~30%); beyond, the server ignored
+``max_tokens`` and the answer is refused."""
+
+MAX_GARBAGE_FRACTION = 0.05
+"""The largest share of a summary's characters that may be control characters (other than
+tab and newlines), surrogates, private-use characters or U+FFFD."""
+
+_GARBAGE = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\ud800-\udfff\ue000-\uf8ff\ufffd]")
+_MAX_CHARS_PER_TOKEN = 16  # no real text packs more: a longer summary is too long uncounted
+
 _TRUNCATED_MARKER = "\n\n[summary truncated: the summarizer reached its output limit]"
 _SHORTER = (
     "\n\nYour previous summary was cut off at the output limit. Write it again, much "
@@ -93,7 +121,13 @@ class LLMSummary:
     in the summarized part is merged into the new one, not nested.
 
     Failures keep the history: an LLM error propagates as its :class:`~ctxcompact.exceptions.
-    LLMError` subclass; an empty answer raises :class:`~ctxcompact.exceptions.BadResponseError`.
+    LLMError` subclass, and an answer that is no usable summary raises
+    :class:`~ctxcompact.exceptions.SummaryRejectedError` (the controller reports ``failed``
+    with the reason). Refused: an empty answer; one that is not text (tool calls); one with no
+    letter; one more than 5% control, surrogate, private-use or U+FFFD characters
+    (:data:`MAX_GARBAGE_FRACTION`); one costing more than twice ``max_summary_tokens``
+    (:data:`SUMMARY_LENGTH_FACTOR`: the server ignored ``max_tokens``); and a summary message
+    that is not smaller, in ``ctx.token_counter`` tokens, than the messages it replaces.
 
     Args:
         llm: The summarizer. Injected by the loader (a cheaper compaction model), or taken
@@ -110,7 +144,7 @@ class LLMSummary:
         >>> import asyncio
         >>> from ctxcompact import CompactionContext
         >>> from ctxcompact.testing import ScriptedLLM
-        >>> h = [Message.user("fix the bug"), Message.assistant("fixed"),
+        >>> h = [Message.user("fix the bug in calc.py " * 10), Message.assistant("fixed"),
         ...      Message.user("thanks"), Message.assistant("welcome")]
         >>> ctx = CompactionContext(h, 1000, 8000, 1000, llm=ScriptedLLM("Bug fixed."))
         >>> [m.text.replace(SUMMARY_PREFIX, "<prefix>") for m in asyncio.run(
@@ -167,6 +201,13 @@ class LLMSummary:
         items = _render(to_summarize)
         text = await self._summarize(llm, items, ctx)
         summary = Message.user(SUMMARY_PREFIX + text)
+        check_summary(
+            text,
+            summary,
+            to_summarize,
+            ctx.token_counter,
+            max_tokens=SUMMARY_LENGTH_FACTOR * self.max_summary_tokens,
+        )
         return [*history[:head], *kept_systems, summary, *history[cut:]]
 
     def cut_index(self, history: Sequence[Message]) -> int:
@@ -396,8 +437,68 @@ def _answer_text(completion: Completion) -> str:
 
 def _nonempty(text: str, completion: Completion) -> str:
     if not text:
-        raise BadResponseError(
+        if completion.message.tool_calls:
+            raise SummaryRejectedError(
+                "LLMSummary: the summarizer called tools instead of writing a summary "
+                f"({len(completion.message.tool_calls)} call(s)); the history is kept",
+                reason="not_text",
+            )
+        raise SummaryRejectedError(
             "LLMSummary: the summarizer returned no summary text "
-            f"(finish_reason={completion.finish_reason!r}); the history is kept"
+            f"(finish_reason={completion.finish_reason!r}); the history is kept",
+            reason="empty",
         )
     return text
+
+
+def check_summary(
+    text: str,
+    summary: Message,
+    replaced: Sequence[Message],
+    counter: TokenCounter,
+    *,
+    max_tokens: int,
+) -> None:
+    """Refuse a summary that is no usable replacement for ``replaced``.
+
+    ``text`` is the summarizer's answer and ``summary`` the message built from it. The error
+    says why with sizes only, never the text (it may be anything, even a leaked secret).
+
+    Raises:
+        SummaryRejectedError: ``reason`` is ``not_text`` (not a string), ``empty``,
+            ``too_long`` (the text, without the prefix, over ``max_tokens`` in ``counter``
+            tokens), ``no_letters``,
+            ``garbage`` (over :data:`MAX_GARBAGE_FRACTION` control or similar characters)
+            or ``not_smaller`` (the summary message costs at least what it replaces).
+    """
+
+    def refuse(reason: str, detail: str) -> SummaryRejectedError:
+        return SummaryRejectedError(
+            f"LLMSummary: summary refused ({reason}): {detail}; the history is kept",
+            reason=reason,
+        )
+
+    if not isinstance(text, str):
+        raise refuse("not_text", f"the answer is a {type(text).__name__}, not text")
+    if not text.strip():
+        raise refuse("empty", "the answer has no text")
+    if len(text) > _MAX_CHARS_PER_TOKEN * max_tokens:
+        raise refuse("too_long", f"{len(text)} characters, the limit is ~{max_tokens} tokens")
+    # What the model wrote: without our prefix, our truncation note and the message overhead.
+    written = counter.count_message(Message.user(text.removesuffix(_TRUNCATED_MARKER)))
+    written -= counter.count_message(Message.user(""))
+    if written > max_tokens:
+        raise refuse("too_long", f"{written} tokens written, over the limit of {max_tokens}")
+    if not any(ch.isalpha() for ch in text):
+        raise refuse("no_letters", f"{len(text)} characters and not one letter")
+    garbage = len(_GARBAGE.findall(text))
+    if garbage > MAX_GARBAGE_FRACTION * len(text):
+        raise refuse(
+            "garbage", f"{garbage} of {len(text)} characters are control or invalid characters"
+        )
+    tokens = counter.count_message(summary)
+    before = sum(counter.count_message(m) for m in replaced)
+    if tokens >= before:
+        raise refuse(
+            "not_smaller", f"{tokens} tokens would replace {len(replaced)} message(s) of {before}"
+        )
