@@ -45,15 +45,13 @@ from ._format_common import (
     content_to_anthropic,
     copy_json,
     extra_of,
-    new_message,
     new_part,
-    new_tool_call,
     parse_arguments,
     parts_to_anthropic,
     system_to_anthropic,
     type_name,
 )
-from ._messages import Content, Message, ToolCall
+from ._messages import Content, Message, ToolCall, construct
 from .exceptions import FormatError
 
 __all__ = ["from_anthropic", "to_anthropic"]
@@ -68,7 +66,7 @@ def _message(role: str, content: Content, present: bool, meta: dict[str, Any]) -
         "name": None,
     }
     fields_set = {"role", "content", ANTHROPIC_KEY} if present else {"role", ANTHROPIC_KEY}
-    return new_message(values, fields_set, {ANTHROPIC_KEY: meta})
+    return construct(Message, values, fields_set, {ANTHROPIC_KEY: meta})
 
 
 def from_anthropic(
@@ -176,9 +174,8 @@ def _read_assistant(content: Sequence[object], index: int, meta: dict[str, Any])
         "tool_call_id": None,
         "name": None,
     }
-    return new_message(
-        values, {"role", "content", "tool_calls", ANTHROPIC_KEY}, {ANTHROPIC_KEY: meta}
-    )
+    fields_set = {"role", "content", "tool_calls", ANTHROPIC_KEY}
+    return construct(Message, values, fields_set, {ANTHROPIC_KEY: meta})
 
 
 def _read_tool_use(block: Mapping[str, Any], index: int, k: int) -> ToolCall:
@@ -209,7 +206,7 @@ def _read_tool_use(block: Mapping[str, Any], index: int, k: int) -> ToolCall:
         rest = {k: copy_json(v) for k, v in block.items() if k not in _TOOL_USE_KEYS}
         extra[ANTHROPIC_KEY] = {"block": rest}
     values = {"id": block["id"], "name": block["name"], "arguments": arguments, "type": "function"}
-    return new_tool_call(values, {"id", "name", "arguments", "type", *extra}, extra)
+    return construct(ToolCall, values, {"id", "name", "arguments", "type", *extra}, extra)
 
 
 _TOOL_USE_KEYS = frozenset({"type", "id", "name", "input"})
@@ -281,7 +278,7 @@ def _read_tool_result(
         "tool_call_id": call_id,
         "name": None,
     }
-    return new_message(values, fields_set, {ANTHROPIC_KEY: meta})
+    return construct(Message, values, fields_set, {ANTHROPIC_KEY: meta})
 
 
 def to_anthropic(history: Sequence[Message]) -> tuple[AnthropicSystem, list[dict[str, Any]]]:

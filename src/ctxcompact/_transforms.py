@@ -33,7 +33,7 @@ def transforms_from_config(config: Config, max_context_size: int) -> list[Compac
         # truncation of what is still there in full; then the guard (below).
         if schema1.enabled:
             table = "observation_masking.schema1"
-            transforms.append(Schema1Masking(**schema1.model_dump()))
+            transforms.append(Schema1Masking(**schema1.model_dump(exclude={"enabled"})))
         if truncation.enabled:
             table = "tool_result_truncation"
             transforms.append(
