@@ -130,13 +130,29 @@ class _PartCounter:
 
     def count(self, messages: Iterable[Message]) -> int:
         """Tokens of all ``messages``."""
-        return sum(self.count_message(m) for m in messages)
+        return sum(map(self.count_message, messages))
 
     def count_message(self, message: Message) -> int:
         """Tokens of one message, overhead included."""
-        total = self.per_message + self.image_tokens * _images(message)
-        for text in _texts(message):
-            total += self.count_text(text)
+        values = message.__dict__
+        content = values["content"]
+        if type(content) is not str:  # parts (images among them) or none
+            total = self.per_message + self.image_tokens * _images(message)
+            for text in _texts(message):
+                total += self.count_text(text)
+            return total
+        # String content, as nearly every message has: the same pieces as _texts, unrolled.
+        count_text = self.count_text
+        total = self.per_message + count_text(content)
+        if values["name"]:
+            total += count_text(values["name"])
+        for call in values["tool_calls"] or ():
+            total += count_text(call.name) + count_text(call.arguments)
+        extra = message.__pydantic_extra__
+        if extra:
+            reasoning = extra.get("reasoning_content")
+            if isinstance(reasoning, str):
+                total += count_text(reasoning)
         return total
 
     def count_text(self, text: str) -> int:
