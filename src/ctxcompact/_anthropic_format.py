@@ -196,7 +196,7 @@ def _read_tool_use(block: Mapping[str, Any], index: int, k: int) -> ToolCall:
             field=f"{where}.input",
         )
     try:
-        arguments = json.dumps(block["input"], ensure_ascii=False)
+        arguments = _to_json(block["input"])
     except (TypeError, ValueError) as exc:
         raise FormatError(
             f"the input is not JSON-serialisable: {exc}", index=index, field=f"{where}.input"
@@ -210,6 +210,8 @@ def _read_tool_use(block: Mapping[str, Any], index: int, k: int) -> ToolCall:
 
 
 _TOOL_USE_KEYS = frozenset({"type", "id", "name", "input"})
+# ``json.dumps(x, ensure_ascii=False)`` builds an encoder per call; one serves every call.
+_to_json = json.JSONEncoder(ensure_ascii=False).encode
 _TOOL_RESULT_KEYS = frozenset({"type", "tool_use_id", "content", "is_error"})
 
 
