@@ -312,7 +312,11 @@ def to_anthropic(history: Sequence[Message]) -> tuple[AnthropicSystem, list[dict
         if not isinstance(message, Message):
             raise FormatError(f"expected a Message, got {type(message).__name__}", index=index)
         role = message.role
-        meta = message.anthropic
+        # ``message.anthropic`` without the property's lookups: most messages have no extras.
+        extra = message.__pydantic_extra__
+        meta = extra.get(ANTHROPIC_KEY) if extra else None
+        if type(meta) is not dict and not isinstance(meta, Mapping):
+            meta = _NO_META
         if role == "tool":
             block = _write_tool_result(message, index, meta)
             if results is not None and not meta.get("start"):
@@ -343,9 +347,12 @@ def to_anthropic(history: Sequence[Message]) -> tuple[AnthropicSystem, list[dict
     return system, out
 
 
+_NO_META: Mapping[str, Any] = {}
+
+
 def _with_extra(message: dict[str, Any], meta: Mapping[str, Any]) -> dict[str, Any]:
     extra = meta.get("message")
-    if isinstance(extra, Mapping):
+    if extra and isinstance(extra, Mapping):  # ``extra and``: skips the ABC check for None
         message.update((k, copy_json(v)) for k, v in extra.items())
     return message
 
@@ -378,7 +385,7 @@ def _write_tool_use(call: ToolCall, index: int, j: int) -> dict[str, Any]:
     parsed = parse_arguments(call.arguments, index, j)
     block = {"type": "tool_use", "id": call.id, "name": call.name, "input": parsed}
     meta = extra_of(call).get(ANTHROPIC_KEY)
-    if isinstance(meta, Mapping) and isinstance(meta.get("block"), Mapping):
+    if meta and isinstance(meta, Mapping) and isinstance(meta.get("block"), Mapping):
         block.update((k, copy_json(v)) for k, v in meta["block"].items())
     return block
 
@@ -400,6 +407,6 @@ def _write_tool_result(message: Message, index: int, meta: Mapping[str, Any]) ->
         if isinstance(flag, bool):
             block["is_error"] = flag
     extra = meta.get("block")
-    if isinstance(extra, Mapping):
+    if extra and isinstance(extra, Mapping):
         block.update((k, copy_json(v)) for k, v in extra.items())
     return block
