@@ -420,3 +420,15 @@ def test_round_trip_is_exact_on_generated_lists(messages: list[dict[str, Any]]) 
 @settings(max_examples=100, deadline=None)
 def test_histories_survive_to_openai_and_back(history: list[Message]) -> None:
     assert from_openai(to_openai(history)) == history
+
+
+@given(st.lists(_openai_message(), max_size=6))
+@settings(max_examples=100, deadline=None)
+def test_generated_messages_build_what_validation_builds(messages: list[dict[str, Any]]) -> None:
+    for fast, message in zip(from_openai(messages), messages, strict=True):
+        calls = message.get("tool_calls") or ()
+        if any(len(c["function"]) > 2 for c in calls):
+            continue  # function extras have no field to validate into (``function_extra``)
+        slow = _validated(message)
+        assert fast == slow
+        assert fast.model_fields_set == slow.model_fields_set
