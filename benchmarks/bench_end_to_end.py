@@ -15,7 +15,7 @@ rarely left alone for its whole length while one of 1 ms often is, so wall-clock
 Target (issue 10): the OpenAI end-to-end path (``to_openai(hide(from_openai(raw)))``) within
 25x of the baseline.
 
-    .venv/bin/python benchmarks/bench_end_to_end.py [--quick] [--runs N]
+    .venv/bin/python benchmarks/bench_end_to_end.py [--quick] [--runs N] [--wall]
 """
 
 from __future__ import annotations
