@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 import math
-from functools import cache
+from functools import cache, lru_cache
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from ._messages import ImagePart, Message, TextPart
@@ -198,21 +198,35 @@ class HeuristicTokenCounter(_PartCounter):
 
     def count_text(self, text: str) -> int:
         """Tokens of a string."""
-        if text.isascii():
+        if text.isascii():  # O(1): CPython knows whether a string is ASCII
             return math.ceil(len(text) / self.chars_per_token)
-        # The non-ASCII characters, at C speed: the UTF-8 encoding of a non-ASCII character
-        # has only bytes >= 0x80, so deleting the ASCII bytes leaves exactly their encodings
-        # (a regex removing the ASCII runs was 5x slower; "surrogatepass" keeps lone
-        # surrogates, which JSON can carry, as the characters they are).
-        others = (
-            text.encode("utf-8", "surrogatepass")
-            .translate(None, _ASCII_BYTES)
-            .decode("utf-8", "surrogatepass")
-        )
-        # The same float additions in the same order as summing _char_weight per character,
-        # so the result is bit-for-bit the same, with a table lookup instead of a call each.
-        weight = sum(map(_WEIGHTS.__getitem__, others))
-        return math.ceil((len(text) - len(others)) / self.chars_per_token + weight)
+        others, weight = (_non_ascii_cached if len(text) <= _CACHED_CHARS else _non_ascii)(text)
+        return math.ceil((len(text) - others) / self.chars_per_token + weight)
+
+
+def _non_ascii(text: str) -> tuple[int, float]:
+    """How many characters of ``text`` are not ASCII, and what they weigh."""
+    # The non-ASCII characters, at C speed: the UTF-8 encoding of a non-ASCII character has
+    # only bytes >= 0x80, so deleting the ASCII bytes leaves exactly their encodings (a regex
+    # removing the ASCII runs was 5x slower; "surrogatepass" keeps lone surrogates, which JSON
+    # can carry, as the characters they are).
+    others = (
+        text.encode("utf-8", "surrogatepass")
+        .translate(None, _ASCII_BYTES)
+        .decode("utf-8", "surrogatepass")
+    )
+    # The same float additions in the same order as summing _char_weight per character, so
+    # the result is bit-for-bit the same, with a table lookup instead of a call each.
+    return len(others), sum(map(_WEIGHTS.__getitem__, others))
+
+
+# A text that is not ASCII costs a pass over all of it (most such tool results are ASCII but
+# for a few arrows or box-drawing characters), and the same texts are counted again at every
+# request and before and after each compaction; so their weights are cached by text, as the
+# error verdicts are (strings are immutable; equal strings from a new request hit too). At
+# most 512 texts of up to 64,000 characters are kept; a longer one is weighed every time.
+_CACHED_CHARS = 64_000
+_non_ascii_cached = lru_cache(maxsize=512)(_non_ascii)
 
 
 @cache
