@@ -139,13 +139,12 @@ def schema1_replay(runs: int) -> None:
         _errors.clear_error_cache()
         replay()
 
-    limit = _errors._CACHE_MAX_ENTRIES
-    _errors._CACHE_MAX_ENTRIES = 0  # every verdict evicted at once: no cache
+    cached = _errors.error_reason
+    _errors.error_reason = _errors._error_reason  # every verdict computed afresh: no cache
     try:
-        _errors.clear_error_cache()
         off = best_of(replay, runs)
     finally:
-        _errors._CACHE_MAX_ENTRIES = limit
+        _errors.error_reason = cached
     t_cold = best_of(cold, runs)
     t_warm = best_of(replay, runs)
     print(f"\nSchema1Masking() per request, {len(requests)} requests of the Claude Code traces:")

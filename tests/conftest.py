@@ -13,6 +13,12 @@ if str(ROOT) not in sys.path:
 import logging  # noqa: E402
 
 import pytest  # noqa: E402
+from hypothesis import settings  # noqa: E402
+
+# No per-example deadline: CI runs on a busy 2-core machine, where a slow example is load,
+# not a bug (a property that fails does so whatever the time it takes).
+settings.register_profile("ctxcompact", deadline=None)
+settings.load_profile("ctxcompact")
 
 from tests.llama_server import llama_server  # noqa: E402, F401
 

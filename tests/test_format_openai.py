@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+from types import MappingProxyType
 from typing import Any
 
 import pytest
@@ -141,6 +142,34 @@ def test_tool_call_without_type_is_written_with_type_function() -> None:
         "type": "function",
         "function": {"name": "f", "arguments": ""},
     }
+
+
+def test_other_mappings_and_unusual_shapes_read_as_validation_reads_them() -> None:
+    """The common shapes are read on a fast path; everything else takes the checked one,
+    and both build what ``model_validate`` builds."""
+    call = {"id": "c", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+    raw: list[dict[str, Any]] = [
+        {"role": "assistant", "content": None, "tool_calls": [call]},  # fast path
+        {"role": "assistant", "tool_calls": [{"id": "c", "function": call["function"]}]},
+        {"role": "assistant", "tool_calls": [{**call, "index": 0}], "refusal": None},
+        {"role": "tool", "tool_call_id": "c", "content": "x", "name": "f"},
+        {"role": "user", "content": "hi", "metadata": {"k": [1]}},
+    ]
+    for message in raw:
+        fast = from_openai([message])[0]
+        assert from_openai([MappingProxyType(message)]) == [fast]
+        slow = _validated(message)
+        assert fast == slow
+        assert fast.model_fields_set == slow.model_fields_set
+        for got, want in zip(fast.tool_calls or (), slow.tool_calls or (), strict=True):
+            assert got.model_fields_set == want.model_fields_set
+    assert (
+        to_openai(from_openai(raw))[1:]
+        == [
+            {**raw[1], "tool_calls": [call]},  # the one normalisation: "type" is written
+            *raw[2:],
+        ]
+    )
 
 
 def test_messages_built_in_code_produce_valid_openai() -> None:
@@ -391,3 +420,15 @@ def test_round_trip_is_exact_on_generated_lists(messages: list[dict[str, Any]]) 
 @settings(max_examples=100, deadline=None)
 def test_histories_survive_to_openai_and_back(history: list[Message]) -> None:
     assert from_openai(to_openai(history)) == history
+
+
+@given(st.lists(_openai_message(), max_size=6))
+@settings(max_examples=100, deadline=None)
+def test_generated_messages_build_what_validation_builds(messages: list[dict[str, Any]]) -> None:
+    for fast, message in zip(from_openai(messages), messages, strict=True):
+        calls = message.get("tool_calls") or ()
+        if any(len(c["function"]) > 2 for c in calls):
+            continue  # function extras have no field to validate into (``function_extra``)
+        slow = _validated(message)
+        assert fast == slow
+        assert fast.model_fields_set == slow.model_fields_set

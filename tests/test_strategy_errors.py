@@ -1,9 +1,10 @@
 """The error heuristic behind ``keep_errors``: what counts, what must not (prose and source
-code), its agreement with the traces' meta files, its two-stage check and its cache."""
+code), its agreement with the traces' meta files, its substring gates and its cache."""
 
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from hypothesis import given, settings
@@ -182,7 +183,7 @@ def test_error_patterns(text: str, reason: str) -> None:
     assert error_reason(text) == reason
     assert looks_like_error(text)
     if reason != "json_error":  # JSON is tested before the patterns, not among them
-        assert _errors._first_match(text) == reason
+        assert _bare_reason(text) == reason
 
 
 @pytest.mark.parametrize(
@@ -249,7 +250,7 @@ def test_error_patterns(text: str, reason: str) -> None:
 def test_prose_code_and_success_are_not_errors(text: str) -> None:
     assert error_reason(text) is None
     assert not looks_like_error(text)
-    assert _errors._first_match(text) is None
+    assert _bare_reason(text) is None
 
 
 # Fragments of real errors and of harmless text, glued in any order by the property below.
@@ -311,10 +312,11 @@ _FRAGMENTS = [
     parts=st.lists(st.sampled_from(_FRAGMENTS), max_size=5),
     glue=st.lists(st.sampled_from(["\n", " ", "\t", "\r\n", "x"]), min_size=5, max_size=5),
 )
-def test_prefilter_never_hides_a_match(parts: list[str], glue: list[str]) -> None:
-    """The fast first stage lets through every text that some pattern matches."""
+def test_substring_gates_never_hide_a_match(parts: list[str], glue: list[str]) -> None:
+    """Each pattern's substrings only skip texts its regex would not match anyway."""
     text = "".join(part + sep for part, sep in zip(parts, glue, strict=False))
-    assert _errors._error_reason(text) == _errors._first_match(text)
+    if not _errors._json_error(text):
+        assert _errors._error_reason(text) == _bare_reason(text)
 
 
 def test_list_content_is_checked_by_its_text_parts() -> None:
@@ -367,7 +369,8 @@ def test_heuristic_agrees_with_the_traces_meta_files() -> None:
             # Both stages agree on real data too.
             if isinstance(message["content"], str):
                 content = message["content"]
-                assert _errors._error_reason(content) == _errors._first_match(content)
+                if not _errors._json_error(content):
+                    assert _errors._error_reason(content) == _bare_reason(content)
     print(
         f"\nerror heuristic vs meta: {total - len(disagree)}/{total} tool results agree; "
         f"{text_errors} text-classified errors, {predicted} predicted; "
@@ -389,36 +392,48 @@ def test_cached_verdicts_equal_fresh_ones_on_every_trace_result() -> None:
     clear_error_cache()
     fresh = [_errors._error_reason(t) for t in texts]
     assert [error_reason(t) for t in texts] == fresh  # first sight, filling the cache
-    assert len(_errors._verdicts) == len(set(texts))
+    kept = _cached()
+    assert kept == len(set(texts))  # every trace result is short enough to keep
     # Equal strings that are other objects (a proxy parses every request anew) hit too.
     copies = [t.encode().decode() for t in texts]
     assert [error_reason(t) for t in copies] == fresh
-    assert len(_errors._verdicts) == len(set(texts))
+    assert _cached() == kept
     assert sum(fresh_reason is not None for fresh_reason in fresh) > 50
 
 
-def test_error_cache_is_bounded_and_keeps_recently_used_texts(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def test_error_cache_keeps_texts_by_length_and_not_the_longest() -> None:
     clear_error_cache()
-    monkeypatch.setattr(_errors, "_CACHE_MAX_ENTRIES", 4)
-    monkeypatch.setattr(_errors, "_CACHE_MAX_CHARS", 1_000)
-    texts = [f"Error: number {k}" for k in range(4)]
-    for t in texts:
-        assert error_reason(t) == "error_line"
-    assert error_reason(texts[0]) == "error_line"  # now the most recently used
-    error_reason("all good")  # a fifth entry evicts the least recently used: texts[1]
-    assert list(_errors._verdicts) == [texts[2], texts[3], texts[0], "all good"]
-    assert _errors._verdicts["all good"] is None
-    # The character budget evicts as well, and a text over the whole budget is not kept.
-    error_reason("x" * 995)
-    assert list(_errors._verdicts) == ["x" * 995]
-    assert error_reason("Traceback (most recent call last)" + "y" * 1_000) == "traceback"
-    assert list(_errors._verdicts) == ["x" * 995]
-    assert _errors._cached_chars == 995
+    short = "Error: short"
+    long = "Traceback (most recent call last)\n" + "x" * (_errors._SHORT + 1)
+    longest = "Traceback (most recent call last)\n" + "y" * _errors._LONG
+    assert [error_reason(t) for t in (short, long, longest)] == [
+        "error_line",
+        "traceback",
+        "traceback",
+    ]
+    assert _errors._short_verdicts.cache_info().currsize == 1
+    assert _errors._long_verdicts.cache_info().currsize == 1
+    assert _cached() == 2  # the longest is scanned every time, never kept alive
+    assert _errors._short_verdicts.cache_info().maxsize == 16_384
+    assert _errors._long_verdicts.cache_info().maxsize == 512
     clear_error_cache()
-    assert _errors._verdicts == {}
-    assert _errors._cached_chars == 0
+    assert _cached() == 0
+
+
+def _cached() -> int:
+    return (
+        _errors._short_verdicts.cache_info().currsize + _errors._long_verdicts.cache_info().currsize
+    )
+
+
+def _bare_reason(text: str) -> str | None:
+    """The first pattern whose regexes match, tried without the substring gates."""
+    for p in _errors._PATTERNS:
+        hit = bool(p.line and (re.match(p.line, text) or re.search("\n(?:" + p.line + ")", text)))
+        hit = hit or bool(p.anywhere and re.search(p.anywhere, text))
+        if hit and (p.also is None or re.search(p.also, text)):
+            return p.name
+    return None
 
 
 def test_shared_still_exports_is_error_result() -> None:

@@ -266,11 +266,17 @@ def test_disabled_is_identity() -> None:
     assert mask_old_tool_results(raw, MaskPolicy(enabled=False)) is raw
     assert mask_old_tool_results(raw, MaskPolicy()) is raw  # the seed's default is off
     assert mask_old_tool_results(raw, MaskPolicy(enabled=True, window_turns=0)) is raw
-    assert run(Schema1Masking(enabled=False), turns(12)) is None
+    assert run(Schema1Masking(window_turns=0), turns(12)) is None
 
 
-def test_class_is_enabled_by_default() -> None:
+def test_the_strategy_has_no_switch_of_its_own() -> None:
+    """Choosing the strategy (or ``[observation_masking.schema1] enabled``) turns it on."""
     assert run(Schema1Masking(), turns(12)) is not None
+    with pytest.raises(TypeError):
+        Schema1Masking(enabled=False)  # type: ignore[call-arg]
+    with pytest.raises(ConfigError, match="leave Schema1Masking out") as caught:
+        Schema1Masking.from_policy(MaskPolicy(enabled=False))
+    assert caught.value.key == "enabled"
 
 
 def test_enabled_function_returns_a_new_list_of_the_same_dicts() -> None:

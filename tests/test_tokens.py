@@ -9,7 +9,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ctxcompact import HeuristicTokenCounter, Message, TiktokenCounter, TokenCounter, from_openai
+from ctxcompact import (
+    HeuristicTokenCounter,
+    Message,
+    TiktokenCounter,
+    TokenCounter,
+    _tokens,
+    from_openai,
+)
 from ctxcompact._tokens import (
     IMAGE_TOKENS,
     PER_MESSAGE_TOKENS,
@@ -149,6 +156,21 @@ def test_count_text_equals_the_slow_reference_on_every_trace_text() -> None:
                     texts += 1
                     assert counter.count_text(text) == slow_count_text(text, 3.25), name
     assert texts > 100
+
+
+def test_cached_weights_serve_every_ratio_and_the_longest_texts_are_not_kept() -> None:
+    _tokens._non_ascii_cached.cache_clear()
+    text = "→ a.py\n" * 100
+    longest = "中" * (_tokens._CACHED_CHARS + 1)
+    for cpt in (3.25, 4.0, 3.25):  # the second 3.25 is counted from the cache
+        counter = HeuristicTokenCounter(chars_per_token=cpt)
+        assert counter.count_text(text) == slow_count_text(text, cpt)
+        assert counter.count_text(longest) == slow_count_text(longest, cpt)
+    info = _tokens._non_ascii_cached.cache_info()
+    assert (info.currsize, info.hits, info.maxsize) == (1, 2, 512)  # never the longest
+    # Equal strings that are other objects (every proxied request is parsed anew) hit too.
+    HeuristicTokenCounter().count_text(text.encode().decode())
+    assert _tokens._non_ascii_cached.cache_info().hits == 3
 
 
 @pytest.mark.parametrize("name", sorted(SAMPLES))

@@ -45,15 +45,13 @@ from ._format_common import (
     content_to_anthropic,
     copy_json,
     extra_of,
-    new_message,
     new_part,
-    new_tool_call,
     parse_arguments,
     parts_to_anthropic,
     system_to_anthropic,
     type_name,
 )
-from ._messages import Content, Message, ToolCall
+from ._messages import Content, Message, ToolCall, construct
 from .exceptions import FormatError
 
 __all__ = ["from_anthropic", "to_anthropic"]
@@ -68,7 +66,7 @@ def _message(role: str, content: Content, present: bool, meta: dict[str, Any]) -
         "name": None,
     }
     fields_set = {"role", "content", ANTHROPIC_KEY} if present else {"role", ANTHROPIC_KEY}
-    return new_message(values, fields_set, {ANTHROPIC_KEY: meta})
+    return construct(Message, values, fields_set, {ANTHROPIC_KEY: meta})
 
 
 def from_anthropic(
@@ -176,9 +174,8 @@ def _read_assistant(content: Sequence[object], index: int, meta: dict[str, Any])
         "tool_call_id": None,
         "name": None,
     }
-    return new_message(
-        values, {"role", "content", "tool_calls", ANTHROPIC_KEY}, {ANTHROPIC_KEY: meta}
-    )
+    fields_set = {"role", "content", "tool_calls", ANTHROPIC_KEY}
+    return construct(Message, values, fields_set, {ANTHROPIC_KEY: meta})
 
 
 def _read_tool_use(block: Mapping[str, Any], index: int, k: int) -> ToolCall:
@@ -199,7 +196,7 @@ def _read_tool_use(block: Mapping[str, Any], index: int, k: int) -> ToolCall:
             field=f"{where}.input",
         )
     try:
-        arguments = json.dumps(block["input"], ensure_ascii=False)
+        arguments = _to_json(block["input"])
     except (TypeError, ValueError) as exc:
         raise FormatError(
             f"the input is not JSON-serialisable: {exc}", index=index, field=f"{where}.input"
@@ -209,10 +206,12 @@ def _read_tool_use(block: Mapping[str, Any], index: int, k: int) -> ToolCall:
         rest = {k: copy_json(v) for k, v in block.items() if k not in _TOOL_USE_KEYS}
         extra[ANTHROPIC_KEY] = {"block": rest}
     values = {"id": block["id"], "name": block["name"], "arguments": arguments, "type": "function"}
-    return new_tool_call(values, {"id", "name", "arguments", "type", *extra}, extra)
+    return construct(ToolCall, values, {"id", "name", "arguments", "type", *extra}, extra)
 
 
 _TOOL_USE_KEYS = frozenset({"type", "id", "name", "input"})
+# ``json.dumps(x, ensure_ascii=False)`` builds an encoder per call; one serves every call.
+_to_json = json.JSONEncoder(ensure_ascii=False).encode
 _TOOL_RESULT_KEYS = frozenset({"type", "tool_use_id", "content", "is_error"})
 
 
@@ -281,7 +280,7 @@ def _read_tool_result(
         "tool_call_id": call_id,
         "name": None,
     }
-    return new_message(values, fields_set, {ANTHROPIC_KEY: meta})
+    return construct(Message, values, fields_set, {ANTHROPIC_KEY: meta})
 
 
 def to_anthropic(history: Sequence[Message]) -> tuple[AnthropicSystem, list[dict[str, Any]]]:
@@ -313,7 +312,11 @@ def to_anthropic(history: Sequence[Message]) -> tuple[AnthropicSystem, list[dict
         if not isinstance(message, Message):
             raise FormatError(f"expected a Message, got {type(message).__name__}", index=index)
         role = message.role
-        meta = message.anthropic
+        # ``message.anthropic`` without the property's lookups: most messages have no extras.
+        extra = message.__pydantic_extra__
+        meta = extra.get(ANTHROPIC_KEY) if extra else None
+        if type(meta) is not dict and not isinstance(meta, Mapping):
+            meta = _NO_META
         if role == "tool":
             block = _write_tool_result(message, index, meta)
             if results is not None and not meta.get("start"):
@@ -344,9 +347,12 @@ def to_anthropic(history: Sequence[Message]) -> tuple[AnthropicSystem, list[dict
     return system, out
 
 
+_NO_META: Mapping[str, Any] = {}
+
+
 def _with_extra(message: dict[str, Any], meta: Mapping[str, Any]) -> dict[str, Any]:
     extra = meta.get("message")
-    if isinstance(extra, Mapping):
+    if extra and isinstance(extra, Mapping):  # ``extra and``: skips the ABC check for None
         message.update((k, copy_json(v)) for k, v in extra.items())
     return message
 
@@ -379,7 +385,7 @@ def _write_tool_use(call: ToolCall, index: int, j: int) -> dict[str, Any]:
     parsed = parse_arguments(call.arguments, index, j)
     block = {"type": "tool_use", "id": call.id, "name": call.name, "input": parsed}
     meta = extra_of(call).get(ANTHROPIC_KEY)
-    if isinstance(meta, Mapping) and isinstance(meta.get("block"), Mapping):
+    if meta and isinstance(meta, Mapping) and isinstance(meta.get("block"), Mapping):
         block.update((k, copy_json(v)) for k, v in meta["block"].items())
     return block
 
@@ -401,6 +407,6 @@ def _write_tool_result(message: Message, index: int, meta: Mapping[str, Any]) ->
         if isinstance(flag, bool):
             block["is_error"] = flag
     extra = meta.get("block")
-    if isinstance(extra, Mapping):
+    if extra and isinstance(extra, Mapping):
         block.update((k, copy_json(v)) for k, v in extra.items())
     return block

@@ -1,23 +1,21 @@
 """Pieces shared by the OpenAI and Anthropic converters.
 
-The converters run on every model call (controller, strategies) and on every proxied request,
-so they build models without validation: the input has been checked field by field here, and
-re-validating it through pydantic would cost several times the conversion itself. ``new_*``
-set the same attributes ``model_construct`` sets (``__dict__``, ``__pydantic_fields_set__``,
-``__pydantic_extra__``, ``__pydantic_private__``); the tests compare the result with
-``model_validate`` on every public trace.
+The converters build models with :func:`~._messages.construct`, without validation: the
+input has been checked field by field here, and re-validating it through pydantic would cost
+several times the conversion itself.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel
-
-from ._messages import ANTHROPIC_KEY, Content, ImagePart, Message, RawPart, TextPart, ToolCall
+from ._messages import ANTHROPIC_KEY, Content, ImagePart, Message, RawPart, TextPart, construct
 from .exceptions import FormatError
+
+if TYPE_CHECKING:
+    from pydantic import BaseModel
 
 __all__ = [
     "ANTHROPIC_KEY",
@@ -28,9 +26,7 @@ __all__ = [
     "content_to_anthropic",
     "copy_json",
     "extra_of",
-    "new_message",
     "new_part",
-    "new_tool_call",
     "openai_image_to_anthropic",
     "parse_arguments",
     "part_to_dict",
@@ -45,35 +41,6 @@ JSON = Any
 AnthropicSystem = str | list[dict[str, Any]] | None
 """Anthropic's ``system`` parameter: a string, a list of text blocks, or absent."""
 
-_M = TypeVar("_M", bound=BaseModel)
-_new = object.__new__
-_set_dict = object.__setattr__
-# The slot descriptors pydantic itself fills: setting through them skips a name lookup each.
-_set_fields_set = BaseModel.__dict__["__pydantic_fields_set__"].__set__
-_set_extra = BaseModel.__dict__["__pydantic_extra__"].__set__
-_set_private = BaseModel.__dict__["__pydantic_private__"].__set__
-
-
-def _build(
-    cls: type[_M], values: dict[str, Any], fields_set: set[str], extra: dict[str, Any]
-) -> _M:
-    model: _M = _new(cls)
-    _set_dict(model, "__dict__", values)
-    _set_fields_set(model, fields_set)
-    _set_extra(model, extra)
-    _set_private(model, None)
-    return model
-
-
-def new_message(values: dict[str, Any], fields_set: set[str], extra: dict[str, Any]) -> Message:
-    """A :class:`Message` from checked values; ``values`` must hold every declared field."""
-    return _build(Message, values, fields_set, extra)
-
-
-def new_tool_call(values: dict[str, Any], fields_set: set[str], extra: dict[str, Any]) -> ToolCall:
-    """A :class:`ToolCall` from checked values (``id``, ``name``, ``arguments``, ``type``)."""
-    return _build(ToolCall, values, fields_set, extra)
-
 
 def new_part(block: Mapping[str, Any], native_image: str) -> TextPart | ImagePart | RawPart:
     """A part from a content block whose ``type`` (and ``text`` for text) was checked.
@@ -86,12 +53,12 @@ def new_part(block: Mapping[str, Any], native_image: str) -> TextPart | ImagePar
     extra = {k: copy_json(v) for k, v in block.items() if k != "type" and k != "text"}
     fields_set = set(block)
     if kind == "text":
-        return _build(TextPart, {"type": "text", "text": block["text"]}, fields_set, extra)
+        return construct(TextPart, {"type": "text", "text": block["text"]}, fields_set, extra)
     if "text" in block:
         extra["text"] = copy_json(block["text"])
     if kind == native_image:
-        return _build(ImagePart, {"type": kind}, fields_set, extra)
-    return _build(RawPart, {"type": kind}, fields_set, extra)
+        return construct(ImagePart, {"type": kind}, fields_set, extra)
+    return construct(RawPart, {"type": kind}, fields_set, extra)
 
 
 def check_block(block: object, index: int | None, field: str) -> Mapping[str, Any]:

@@ -33,11 +33,6 @@ class ToolGroup:
     result_indices: tuple[int, ...]
     end: int
 
-    @property
-    def start(self) -> int:
-        """Index of the assistant message (same as ``call_index``)."""
-        return self.call_index
-
 
 def tool_groups(history: Sequence[Message]) -> list[ToolGroup]:
     """The tool-call groups of ``history``, oldest first. Linear in its length.

@@ -12,12 +12,17 @@ Design notes for readers:
 * Anthropic-only layout (block order, ``is_error``, message boundaries, extra keys on
   ``tool_use`` and ``tool_result`` blocks) lives in one extra key, ``anthropic``, that
   :func:`~ctxcompact.to_anthropic` reads and :func:`~ctxcompact.to_openai` never emits.
+* The converters and strategies run on every model call and every proxied request, so they
+  build models with :func:`construct` and :func:`with_content` (this module's private
+  helpers, what ``model_construct`` does without its per-field work) from values they have
+  checked; ``tests/test_format_openai.py`` compares the result with ``model_validate`` on
+  every public trace.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Tag, TypeAdapter
 
@@ -241,3 +246,50 @@ def _coerce_content(content: Any) -> Content:
     if isinstance(content, Iterable):
         return _CONTENT_ADAPTER.validate_python(tuple(content))
     return _CONTENT_ADAPTER.validate_python(content)
+
+
+# -- building without validation (converters and strategies) ------------------------------------
+
+_M = TypeVar("_M", bound=BaseModel)
+_new = object.__new__
+# The slots every pydantic model has, set through their descriptors: what ``model_construct``
+# sets, at a quarter less than ``object.__setattr__`` (which looks each name up on the class).
+_set_dict = BaseModel.__dict__["__dict__"].__set__
+_set_fields_set = BaseModel.__dict__["__pydantic_fields_set__"].__set__
+_set_extra = BaseModel.__dict__["__pydantic_extra__"].__set__
+_set_private = BaseModel.__dict__["__pydantic_private__"].__set__
+_CONTENT_KEY = frozenset({"content"})
+
+
+def construct(
+    cls: type[_M], values: dict[str, Any], fields_set: set[str], extra: dict[str, Any] | None
+) -> _M:
+    """A ``cls`` instance from checked values, as ``cls.model_construct`` builds it.
+
+    ``values`` must hold every declared field; ``fields_set`` names the keys that were
+    present (extras included), ``extra`` holds the extras. Nothing is validated or copied.
+    """
+    model = _new(cls)
+    _set_dict(model, values)
+    _set_fields_set(model, fields_set)
+    _set_extra(model, extra)
+    _set_private(model, None)
+    return model
+
+
+def with_content(message: Message, content: str) -> Message:
+    """A copy of ``message`` with string ``content``; every other field and extra kept.
+
+    ``message.model_copy(update={"content": content})`` without its copies of the extras and
+    the fields set: both are shared, never mutated (frozen models cannot change them, and
+    pydantic copies both before updating a copy).
+    """
+    new = _new(type(message))
+    fields = message.__dict__.copy()
+    fields["content"] = content
+    _set_dict(new, fields)
+    fields_set = message.__pydantic_fields_set__
+    _set_fields_set(new, fields_set if "content" in fields_set else fields_set | _CONTENT_KEY)
+    _set_extra(new, message.__pydantic_extra__)
+    _set_private(new, message.__pydantic_private__)
+    return new

@@ -23,6 +23,7 @@ gives a tool result without content an empty string.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from operator import itemgetter
 from typing import Any
 
 from ._format_common import (
@@ -30,14 +31,11 @@ from ._format_common import (
     anthropic_image_to_openai,
     check_block,
     copy_json,
-    extra_of,
-    new_message,
     new_part,
-    new_tool_call,
     part_to_dict,
     type_name,
 )
-from ._messages import Content, ImagePart, Message, RawPart, ToolCall
+from ._messages import Content, ImagePart, Message, RawPart, ToolCall, construct
 from .exceptions import FormatError
 
 __all__ = ["FUNCTION_EXTRA_KEY", "from_openai", "to_openai"]
@@ -46,6 +44,7 @@ FUNCTION_EXTRA_KEY = "function_extra"
 """The tool-call extra key holding unknown keys of an OpenAI tool call's ``function``."""
 
 _ROLES = frozenset({"system", "developer", "user", "assistant", "tool"})
+_FIELDS = frozenset({"role", "content", "tool_calls", "tool_call_id", "name"})
 _THINKING = frozenset({"thinking", "redacted_thinking"})
 _RESERVED_CALL_KEYS = frozenset({FUNCTION_EXTRA_KEY, ANTHROPIC_KEY})
 
@@ -83,47 +82,56 @@ def _read_message(raw: object, index: int) -> Message:
         raise FormatError(
             f"a message must be an object with a 'role', got {type_name(raw)}", index=index
         )
-    role = raw.get("role")
-    if role not in _ROLES:
+    fields_set = set(raw)
+    if fields_set <= _FIELDS:  # the common case: every declared field from raw, in C
+        values = {**_ABSENT, **raw}
+        extra: dict[str, Any] = {}
+    else:
+        values = {key: raw.get(key) for key in _ABSENT}
+        extra = _read_extra(raw, index)
+    role, content, calls, call_id, name = values.values()
+    if type(role) is not str or role not in _ROLES:
         what = "is missing" if role is None else f"{role!r} is not one of {sorted(_ROLES)}"
         raise FormatError(f"the role {what}", index=index, field="role")
-    values: dict[str, Any] = {
-        "role": role,
-        "content": None,
-        "tool_calls": None,
-        "tool_call_id": None,
-        "name": None,
-    }
+    if content is not None and type(content) is not str:
+        values["content"] = _read_content(content, index)
+    if calls is not None:
+        values["tool_calls"] = _read_tool_calls(calls, index)
+    if call_id is None:
+        if role == "tool":
+            raise FormatError(
+                "a tool message needs the 'tool_call_id' of the call it answers",
+                index=index,
+                field="tool_call_id",
+            )
+    elif type(call_id) is not str and not isinstance(call_id, str):
+        raise FormatError(
+            f"must be a string, got {type_name(call_id)}", index=index, field="tool_call_id"
+        )
+    if name is not None and type(name) is not str and not isinstance(name, str):
+        raise FormatError(f"must be a string, got {type_name(name)}", index=index, field="name")
+    return construct(Message, values, fields_set, extra)
+
+
+_ABSENT: dict[str, Any] = dict.fromkeys(("role", "content", "tool_calls", "tool_call_id", "name"))
+"""Every declared field of :class:`Message`, in order, as absent (``None``)."""
+
+
+def _read_extra(raw: Mapping[str, Any], index: int) -> dict[str, Any]:
+    """The keys of ``raw`` that are no field, copied."""
     extra: dict[str, Any] = {}
     for key, value in raw.items():
-        if key == "role":
+        if key in _FIELDS:
             continue
-        if key == "content":
-            values["content"] = _read_content(value, index)
-        elif key == "tool_calls":
-            values["tool_calls"] = _read_tool_calls(value, index)
-        elif key == "tool_call_id" or key == "name":
-            if value is not None and not isinstance(value, str):
-                raise FormatError(
-                    f"must be a string, got {type_name(value)}", index=index, field=key
-                )
-            values[key] = value
-        elif key == ANTHROPIC_KEY:
+        if key == ANTHROPIC_KEY:
             raise FormatError(
                 "'anthropic' is reserved for Anthropic layout and cannot be read from an "
                 "OpenAI message; rename the key",
                 index=index,
                 field=key,
             )
-        else:
-            extra[key] = copy_json(value)
-    if role == "tool" and not isinstance(values["tool_call_id"], str):
-        raise FormatError(
-            "a tool message needs the 'tool_call_id' of the call it answers",
-            index=index,
-            field="tool_call_id",
-        )
-    return new_message(values, set(raw), extra)
+        extra[key] = copy_json(value)
+    return extra
 
 
 def _read_content(value: object, index: int) -> Content:
@@ -150,10 +158,38 @@ def _read_tool_calls(value: object, index: int) -> tuple[ToolCall, ...] | None:
             index=index,
             field="tool_calls",
         )
-    return tuple(_read_tool_call(call, index, j) for j, call in enumerate(value))
+    if len(value) == 1:  # most turns make one call
+        return (_read_tool_call(value[0], index, 0),)
+    return tuple([_read_tool_call(call, index, j) for j, call in enumerate(value)])
+
+
+_CALL = itemgetter("id", "type", "function")
+_FUNCTION = itemgetter("name", "arguments")
 
 
 def _read_tool_call(call: object, index: int, j: int) -> ToolCall:
+    if type(call) is dict and len(call) == 3:  # the common shape, with no extras: at C speed
+        try:
+            call_id, kind, function = _CALL(call)
+            name, arguments = _FUNCTION(function)
+        except (KeyError, TypeError):
+            pass
+        else:
+            if (
+                type(function) is dict
+                and len(function) == 2
+                and type(call_id) is str
+                and type(kind) is str
+                and type(name) is str
+                and type(arguments) is str
+            ):
+                values = {"id": call_id, "name": name, "arguments": arguments, "type": kind}
+                return construct(ToolCall, values, {"id", "name", "arguments", "type"}, {})
+    return _read_any_tool_call(call, index, j)
+
+
+def _read_any_tool_call(call: object, index: int, j: int) -> ToolCall:
+    """Any tool call: every check, with an error naming what is wrong; extras kept."""
     where = f"tool_calls[{j}]"
     if not isinstance(call, Mapping):
         raise FormatError(
@@ -192,6 +228,7 @@ def _read_tool_call(call: object, index: int, j: int) -> ToolCall:
         raise FormatError(
             f"must be a string, got {type_name(kind)}", index=index, field=f"{where}.type"
         )
+    values = {"id": call_id, "name": name, "arguments": arguments, "type": kind}
     extra: dict[str, Any] = {}
     fields_set = {"id", "name", "arguments"}
     for key, value in call.items():
@@ -211,8 +248,7 @@ def _read_tool_call(call: object, index: int, j: int) -> ToolCall:
             k: copy_json(v) for k, v in function.items() if k != "name" and k != "arguments"
         }
         fields_set.add(FUNCTION_EXTRA_KEY)
-    values = {"id": call_id, "name": name, "arguments": arguments, "type": kind}
-    return new_tool_call(values, fields_set, extra)
+    return construct(ToolCall, values, fields_set, extra)
 
 
 def to_openai(history: Sequence[Message]) -> list[dict[str, Any]]:
@@ -239,24 +275,27 @@ def _write_message(message: Message, index: int) -> dict[str, Any]:
         raise FormatError(f"expected a Message, got {type(message).__name__}", index=index)
     values = message.__dict__
     present = message.__pydantic_fields_set__
-    extra = extra_of(message)
-    from_anthropic = ANTHROPIC_KEY in extra
+    extra = message.__pydantic_extra__ or {}
     role = values["role"]
     out: dict[str, Any] = {"role": role}
     content = values["content"]
-    if content is not None or "content" in present:
-        out["content"] = _write_content(content, from_anthropic, role)
-    elif from_anthropic and role == "tool":
+    if type(content) is str:
+        out["content"] = content
+    elif content is not None or "content" in present:
+        out["content"] = _write_content(content, ANTHROPIC_KEY in extra, role)
+    elif role == "tool" and ANTHROPIC_KEY in extra:
         out["content"] = ""  # OpenAI requires it; Anthropic allows a result without content
     calls = values["tool_calls"]
     if calls is not None:
         out["tool_calls"] = [_write_tool_call(call) for call in calls]
     elif "tool_calls" in present:
         out["tool_calls"] = None
-    for key in ("tool_call_id", "name"):
-        value = values[key]
-        if value is not None or key in present:
-            out[key] = value
+    value = values["tool_call_id"]
+    if value is not None or "tool_call_id" in present:
+        out["tool_call_id"] = value
+    value = values["name"]
+    if value is not None or "name" in present:
+        out["name"] = value
     for key, value in extra.items():
         if key != ANTHROPIC_KEY:
             out[key] = copy_json(value)
@@ -284,7 +323,10 @@ def _write_tool_call(call: ToolCall) -> dict[str, Any]:
     values = call.__dict__
     function: dict[str, Any] = {"name": values["name"], "arguments": values["arguments"]}
     out: dict[str, Any] = {"id": values["id"], "type": values["type"], "function": function}
-    for key, value in extra_of(call).items():
+    extra = call.__pydantic_extra__
+    if not extra:
+        return out
+    for key, value in extra.items():
         if key == FUNCTION_EXTRA_KEY and isinstance(value, Mapping):
             for k, v in value.items():
                 function[k] = copy_json(v)

@@ -110,7 +110,7 @@ class SQLiteStore:
         self._conn = conn
         try:
             conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout * 1000)}")
-            conn.execute("PRAGMA journal_mode = WAL")
+            _switch_to_wal(conn, busy_timeout)
             # In WAL mode NORMAL loses nothing on a process crash, only on a power cut.
             conn.execute("PRAGMA synchronous = NORMAL")
             self._migrate(conn)
@@ -314,3 +314,23 @@ class SQLiteStore:
             freed,
             self.max_bytes,
         )
+
+
+def _switch_to_wal(conn: sqlite3.Connection, busy_timeout: float) -> None:
+    """``PRAGMA journal_mode = WAL``, retried: while another process creates or converts the
+    same file, SQLite answers "database is locked" at once, without its busy handler, so the
+    wait ``busy_timeout`` promises is done here (seen with three processes opening a new
+    file together on a loaded machine)."""
+    deadline = time.monotonic() + busy_timeout
+    delay = 0.005
+    while True:
+        try:
+            conn.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) and "busy" not in str(exc):
+                raise
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(delay)
+            delay = min(delay * 2, 0.2)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 import math
-from functools import cache
+from functools import cache, lru_cache
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from ._messages import ImagePart, Message, TextPart
@@ -130,13 +130,29 @@ class _PartCounter:
 
     def count(self, messages: Iterable[Message]) -> int:
         """Tokens of all ``messages``."""
-        return sum(self.count_message(m) for m in messages)
+        return sum(map(self.count_message, messages))
 
     def count_message(self, message: Message) -> int:
         """Tokens of one message, overhead included."""
-        total = self.per_message + self.image_tokens * _images(message)
-        for text in _texts(message):
-            total += self.count_text(text)
+        values = message.__dict__
+        content = values["content"]
+        if type(content) is not str:  # parts (images among them) or none
+            total = self.per_message + self.image_tokens * _images(message)
+            for text in _texts(message):
+                total += self.count_text(text)
+            return total
+        # String content, as nearly every message has: the same pieces as _texts, unrolled.
+        count_text = self.count_text
+        total = self.per_message + count_text(content)
+        if values["name"]:
+            total += count_text(values["name"])
+        for call in values["tool_calls"] or ():
+            total += count_text(call.name) + count_text(call.arguments)
+        extra = message.__pydantic_extra__
+        if extra:
+            reasoning = extra.get("reasoning_content")
+            if isinstance(reasoning, str):
+                total += count_text(reasoning)
         return total
 
     def count_text(self, text: str) -> int:
@@ -182,21 +198,35 @@ class HeuristicTokenCounter(_PartCounter):
 
     def count_text(self, text: str) -> int:
         """Tokens of a string."""
-        if text.isascii():
+        if text.isascii():  # O(1): CPython knows whether a string is ASCII
             return math.ceil(len(text) / self.chars_per_token)
-        # The non-ASCII characters, at C speed: the UTF-8 encoding of a non-ASCII character
-        # has only bytes >= 0x80, so deleting the ASCII bytes leaves exactly their encodings
-        # (a regex removing the ASCII runs was 5x slower; "surrogatepass" keeps lone
-        # surrogates, which JSON can carry, as the characters they are).
-        others = (
-            text.encode("utf-8", "surrogatepass")
-            .translate(None, _ASCII_BYTES)
-            .decode("utf-8", "surrogatepass")
-        )
-        # The same float additions in the same order as summing _char_weight per character,
-        # so the result is bit-for-bit the same, with a table lookup instead of a call each.
-        weight = sum(map(_WEIGHTS.__getitem__, others))
-        return math.ceil((len(text) - len(others)) / self.chars_per_token + weight)
+        others, weight = (_non_ascii_cached if len(text) <= _CACHED_CHARS else _non_ascii)(text)
+        return math.ceil((len(text) - others) / self.chars_per_token + weight)
+
+
+def _non_ascii(text: str) -> tuple[int, float]:
+    """How many characters of ``text`` are not ASCII, and what they weigh."""
+    # The non-ASCII characters, at C speed: the UTF-8 encoding of a non-ASCII character has
+    # only bytes >= 0x80, so deleting the ASCII bytes leaves exactly their encodings (a regex
+    # removing the ASCII runs was 5x slower; "surrogatepass" keeps lone surrogates, which JSON
+    # can carry, as the characters they are).
+    others = (
+        text.encode("utf-8", "surrogatepass")
+        .translate(None, _ASCII_BYTES)
+        .decode("utf-8", "surrogatepass")
+    )
+    # The same float additions in the same order as summing _char_weight per character, so
+    # the result is bit-for-bit the same, with a table lookup instead of a call each.
+    return len(others), sum(map(_WEIGHTS.__getitem__, others))
+
+
+# A text that is not ASCII costs a pass over all of it (most such tool results are ASCII but
+# for a few arrows or box-drawing characters), and the same texts are counted again at every
+# request and before and after each compaction; so their weights are cached by text, as the
+# error verdicts are (strings are immutable; equal strings from a new request hit too). At
+# most 512 texts of up to 64,000 characters are kept; a longer one is weighed every time.
+_CACHED_CHARS = 64_000
+_non_ascii_cached = lru_cache(maxsize=512)(_non_ascii)
 
 
 @cache

@@ -13,44 +13,37 @@ from __future__ import annotations
 
 import json
 import re
-import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from functools import lru_cache
 
 from .._messages import Message, TextPart
 
 __all__ = ["clear_error_cache", "error_reason", "is_error_result", "looks_like_error"]
 
-# Speed matters: tool outputs run to megabytes per request, and each substring scan costs
-# about 1 ms per 2 MB. So a text is checked in two stages. First, whether any pattern matches
-# at all: one regex over the line starts covers every pattern whose lines begin with fixed
-# text (the engine jumps from newline to newline and drops a branch on its first character;
-# 4 ms on the 1.8 MB of the public traces, against ~20 ms for the ~25 substrings it replaces),
-# then the other patterns, each behind a fast ``in`` test of a keyword it must contain. Most
-# texts stop there. Those that match are checked again pattern by pattern, in order, so the
-# reason named is the first pattern in the table that matches. A line-start pattern is
-# searched as "newline + pattern" plus a match at the very start, never as ``^`` tried at
-# every character; one without leading ``[ \t]`` matches only at column 0, where tools print
-# their errors and indented source code never is.
+# Each pattern is tried in order, behind a fast ``in`` test of substrings every match contains
+# (tool outputs run to megabytes, and a substring scan costs less than a regex); the reason
+# named is the first pattern in the table that matches. A line-start pattern is searched as
+# "newline + pattern" plus a match at the very start, never as ``^`` tried at every
+# character; one without leading ``[ \t]`` matches only at column 0, where tools print their
+# errors and indented source code never is. Verdicts are cached (below), so a text is
+# scanned once however many requests carry it.
 
 
 @dataclass(frozen=True, slots=True)
 class _Pattern:
     name: str
     line: str | None = None  # matched at a line start
-    # Substrings every ``line`` match contains; none only for a pattern in the one-pass regex.
-    line_keys: tuple[str, ...] = ()
+    line_keys: tuple[str, ...] = ()  # substrings every ``line`` match contains (none: always)
     anywhere: str | None = None  # searched anywhere
     anywhere_keys: tuple[str, ...] = ()  # substrings every ``anywhere`` match contains
-    # Alternatives, each starting with a fixed character, that every ``line`` match starts
-    # with: the pattern then joins the one-pass regex instead of having its keys scanned.
-    one_pass: tuple[str, ...] = ()
     also: str | None = None  # searched anywhere too, after a match: both must be found
 
 
 # A timestamp of this millennium (``2024-05-01 12:00:00,123``, ``2024-05-01T12:00:00.5Z``,
-# ``2024/05/01 12:00:00``) after its leading ``2`` or ``[2``: every one-pass alternative
-# starts with a fixed character, which costs a regex step per line where a ``\d`` costs three.
+# ``2024/05/01 12:00:00``) after its leading ``2`` or ``[2``: every alternative of the log
+# pattern starts with a fixed character, which costs a regex step per line where a ``\d``
+# costs three (the pattern has no substring to test first, so it runs on every text).
 _TIMESTAMP_REST = r"\d{3}[-/]\d\d[-/]\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?\]?"
 # Then at most 40 characters without another level (``[main] ``, ``local.``, ``- app - ``),
 # then the level as a whole word; lowercase only in brackets (nginx's ``[error]``).
@@ -72,7 +65,6 @@ _PATTERNS = (
         "traceback",
         r"Traceback \(most recent call last\)",
         ("Traceback (most",),
-        one_pass=(r"Traceback \(most",),
     ),
     _Pattern(
         # ``Error:``, ``fatal:`` (also indented); lowercase ``error:``, ``error[E0425]:``
@@ -81,26 +73,16 @@ _PATTERNS = (
         "error_line",
         r"[ \t]*(?:Error|ERROR|FATAL|fatal)\b[ \t]*:|(?:fatal )?error(?:\[[A-Za-z]*\d+\])?:",
         ("Error", "ERROR", "FATAL", "fatal", "error:", "error["),
-        one_pass=(
-            r"Error\b[ \t]*:",
-            r"ERROR\b",
-            r"FATAL\b[ \t]*:",
-            r"fatal\b[ \t]*:",
-            r"[ \t]+(?:Error|ERROR|FATAL|fatal)\b[ \t]*:",
-            r"fatal error:",
-            r"error(?:\[[A-Za-z]*\d+\])?:",
-        ),
     ),
-    _Pattern("error_word", r"ERROR\b", ("ERROR",), one_pass=(r"ERROR\b",)),
+    _Pattern("error_word", r"ERROR\b", ("ERROR",)),
     _Pattern(
         # A timestamped log line at level ERROR, FATAL, CRITICAL or SEVERE: the level is the
         # first one on the line, within 40 characters of the timestamp (so an INFO line that
         # mentions ERROR is not one), or a ``time=... level=error`` line (logrus, slog), or
-        # glog's ``E0501 12:00:00.123456 1 a.go:3] x``. Whole, in the one-pass regex, so a
-        # text of INFO lines is not checked again.
+        # glog's ``E0501 12:00:00.123456 1 a.go:3] x``. No substring to test first: every
+        # alternative starts with a fixed character, so the engine skips lines quickly.
         "log_error",
         "|".join(_LOG_LINES),
-        one_pass=_LOG_LINES,
     ),
     _Pattern(
         # ``ValueError: x``, ``java.lang.IllegalStateException: x``, ``Uncaught TypeError: x``;
@@ -114,7 +96,6 @@ _PATTERNS = (
         "exception_line",
         r'Exception in thread "',
         ("Exception in thread",),
-        one_pass=(r'Exception in thread "',),
     ),
     _Pattern(
         # ``src/a.c:3:5: error: x``, ``foo.py:3: error: x``, ``mypy: error: x``,
@@ -139,10 +120,9 @@ _PATTERNS = (
         "test_failure",
         r"E   ",
         ("E   ",),
-        one_pass=(r"E   ",),
         also=r"\n(?:FAILED |(?:=+ [^\n]*?)?\d+ failed\b)",
     ),
-    _Pattern("test_failure", r"--- FAIL: ", ("--- FAIL: ",), one_pass=(r"--- FAIL: ",)),
+    _Pattern("test_failure", r"--- FAIL: ", ("--- FAIL: ",)),
     _Pattern(
         # Go's ``panic: x``, Rust's ``thread 'main' panicked at``, the shell's signal reports.
         "crash",
@@ -150,20 +130,12 @@ _PATTERNS = (
         r"|Aborted \(core dumped\)"
         r"|zsh: segmentation fault",
         ("panic: ", "panicked at", "Segmentation fault", "Aborted (core", "zsh: seg"),
-        one_pass=(
-            r"panic: ",
-            r"thread '",
-            r"Segmentation fault",
-            r"Aborted \(core",
-            r"zsh: seg",
-        ),
     ),
     _Pattern(
         # npm, curl (``curl: (7) Failed to connect``), make (``make: *** [all] Error 2``).
         "tool_error",
         r"npm (?:ERR!|error) |curl: \(\d+\)|make(?:\[\d+\])?: \*\*\* ",
         ("npm ERR!", "npm error ", "curl: (", "make"),
-        one_pass=(r"npm ERR!", r"npm error ", r"curl: \(", r"make(?:\[\d+\])?: \*\*\* "),
     ),
     _Pattern(
         # bash ``bash: foo: command not found`` (also ``bash: line 1: ...``), dash
@@ -189,7 +161,6 @@ _PATTERNS = (
         r"(?:HTTP/[\d.]+ +)?(?:408 Request|504 Gateway) Time-?out\b(?![ \t]*[a-z])"
         r"|HTTP/[\d.]+ +5\d\d\b|(?:<html>)?(?:<head>)?<title>(?:408|5\d\d) ",
         ("Gateway Time", "Request Time", "HTTP/", "<title>"),
-        one_pass=(r"HTTP/", r"408 Request", r"504 Gateway", r"<html>", r"<head>", r"<title>"),
     ),
     _Pattern(
         "connection_refused",
@@ -212,7 +183,6 @@ _PATTERNS = (
         ("Exit code ",),
         r"<returncode>(?:-\d+|[1-9]\d*)</returncode>",
         ("<returncode>",),
-        one_pass=(r"Exit code [1-9]",),
     ),
     _Pattern("tool_use_error", anywhere=r"<tool_use_error>", anywhere_keys=("<tool_use_error>",)),
 )
@@ -224,9 +194,9 @@ def _at_line_start(pattern: str) -> Callable[[str], object]:
     return lambda text: at_start(text) or after_newline(text)
 
 
-def _check(pattern: _Pattern, *, line: bool = True) -> Callable[[str], object]:
-    """One pattern's test (without its line part if not ``line``): a keyword, then the regex."""
-    line_found = _at_line_start(pattern.line) if pattern.line and line else None
+def _check(pattern: _Pattern) -> Callable[[str], object]:
+    """One pattern's test: a substring it must contain, then its regex."""
+    line_found = _at_line_start(pattern.line) if pattern.line else None
     anywhere = re.compile(pattern.anywhere).search if pattern.anywhere else None
     also = re.compile(pattern.also).search if pattern.also else None
     line_keys, anywhere_keys = pattern.line_keys, pattern.anywhere_keys
@@ -236,7 +206,7 @@ def _check(pattern: _Pattern, *, line: bool = True) -> Callable[[str], object]:
         # cost more than the substring tests themselves.
         hit: object = False
         if line_found is not None and not line_keys:
-            hit = line_found(text)  # only in the one-pass regex: no key to test first
+            hit = line_found(text)
         elif line_found is not None:
             for key in line_keys:
                 if key in text:
@@ -252,15 +222,7 @@ def _check(pattern: _Pattern, *, line: bool = True) -> Callable[[str], object]:
     return found
 
 
-# Stage two: every pattern in order.
 _CHECKS = tuple((p.name, _check(p)) for p in _PATTERNS)
-# Stage one: the one-pass regex, then what it does not cover.
-_ONE_PASS = _at_line_start("|".join(alt for p in _PATTERNS for alt in p.one_pass))
-_REST = tuple(
-    _check(p, line=not p.one_pass)
-    for p in _PATTERNS
-    if p.anywhere is not None or (p.line is not None and not p.one_pass)
-)
 _EMPTY: tuple[object, ...] = (None, False, "", 0, [], {})
 
 
@@ -284,17 +246,6 @@ def _error_reason(text: str) -> str | None:
     """:func:`error_reason` without the cache."""
     if _json_error(text):
         return "json_error"
-    if not _ONE_PASS(text):
-        for found in _REST:
-            if found(text):
-                break
-        else:
-            return None
-    return _first_match(text)
-
-
-def _first_match(text: str) -> str | None:
-    """The name of the first pattern ``text`` matches, without the prefilter."""
     for name, found in _CHECKS:
         if found(text):
             return name
@@ -302,18 +253,17 @@ def _first_match(text: str) -> str | None:
 
 
 # The verdict of a text never changes (strings are immutable), and a per-request transform
-# sees the same tool results again at every call: without this cache, replaying one Claude
-# Code trace spent 6.3 s of 7.7 s re-running the patterns. Keyed by the string itself, not by
+# sees the same tool results again at every call: without a cache, replaying one Claude Code
+# trace spent 6.3 s of 7.7 s re-running the patterns. Keyed by the string itself, not by
 # message identity, so it also hits when a proxy rebuilds equal messages from every request's
-# JSON; the lookup hashes a string once (CPython caches str hashes) and compares equal strings
-# with memcmp. Bounded in entries and in characters, least recently used out first, because it
-# keeps its keys alive after their conversation is gone.
-_CACHE_MAX_ENTRIES = 16_384
-_CACHE_MAX_CHARS = 32_000_000
-_verdicts: dict[str, str | None] = {}
-_cached_chars = 0
-_cache_lock = threading.Lock()
-_MISS = ""  # never a verdict: every reason name is non-empty
+# JSON (CPython caches a string's hash; equal strings compare with memcmp). Two bounded LRU
+# caches, by length, because a cache keeps its keys alive after their conversation is gone:
+# up to 16,384 texts of at most 2,000 characters and 512 of at most 64,000 (33 M characters
+# each at most); a longer text is scanned every time (about a millisecond per megabyte).
+_SHORT = 2_000
+_LONG = 64_000
+_short_verdicts = lru_cache(maxsize=16_384)(_error_reason)
+_long_verdicts = lru_cache(maxsize=512)(_error_reason)
 
 
 def error_reason(text: str) -> str | None:
@@ -324,9 +274,9 @@ def error_reason(text: str) -> str | None:
     ``log_error``, ``exception_line``, ``compiler_error``, ``test_failure``, ``crash``,
     ``tool_error``, ``command_not_found``, ``permission_denied``, ``http_error``,
     ``connection_refused``, ``timeout``, ``exit_code``, ``tool_use_error`` (the README
-    lists what each matches). Verdicts are
-    cached by text (a bounded, least-recently-used cache of at most 16,384 texts and 32
-    million characters), so asking again about a text already seen costs a dictionary lookup.
+    lists what each matches). Verdicts are cached by text (least recently used out; 16,384
+    texts of up to 2,000 characters and 512 of up to 64,000, longer ones are not kept), so
+    asking again about a text already seen costs a dictionary lookup.
 
     Example:
         >>> error_reason("Traceback (most recent call last):\\n  ...")
@@ -334,33 +284,18 @@ def error_reason(text: str) -> str | None:
         >>> error_reason("The call raises an exception when the timeout is reached.") is None
         True
     """
-    global _cached_chars
-    with _cache_lock:
-        verdict = _verdicts.pop(text, _MISS)
-        if verdict != _MISS:
-            _verdicts[text] = verdict  # back at the most recent end
-            return verdict
-    verdict = _error_reason(text)
     size = len(text)
-    if size > _CACHE_MAX_CHARS:
-        return verdict
-    with _cache_lock:
-        if text not in _verdicts:
-            _verdicts[text] = verdict
-            _cached_chars += size
-            while len(_verdicts) > _CACHE_MAX_ENTRIES or _cached_chars > _CACHE_MAX_CHARS:
-                oldest = next(iter(_verdicts))
-                del _verdicts[oldest]
-                _cached_chars -= len(oldest)
-    return verdict
+    if size <= _SHORT:
+        return _short_verdicts(text)
+    if size <= _LONG:
+        return _long_verdicts(text)
+    return _error_reason(text)
 
 
 def clear_error_cache() -> None:
     """Forget every cached :func:`error_reason` verdict (benchmarks measure the first sight)."""
-    global _cached_chars
-    with _cache_lock:
-        _verdicts.clear()
-        _cached_chars = 0
+    _short_verdicts.cache_clear()
+    _long_verdicts.cache_clear()
 
 
 def looks_like_error(content: object) -> bool:

@@ -9,12 +9,7 @@ from .._messages import Message, TextPart
 from .._tokens import HeuristicTokenCounter, TokenCounter
 from ..exceptions import ConfigError
 from ._shared import (
-    CONTENT_KEY,
     HIDDEN_PLACEHOLDER,
-    SET_DICT,
-    SET_EXTRA,
-    SET_FIELDS_SET,
-    SET_PRIVATE,
     PlaceholderCost,
     batched_boundary,
     check_int,
@@ -24,7 +19,7 @@ from ._shared import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Container, Sequence
+    from collections.abc import Sequence
 
     from .._contract import CompactionContext
 
@@ -94,18 +89,6 @@ class ToolResultHiding:
     ) -> list[Message] | None:
         """The synchronous core of :meth:`compact` (the heuristic when ``token_counter`` is
         ``None``)."""
-        if not (self.batch_turns or self.clear_at_least):
-            cost = PlaceholderCost(token_counter or HeuristicTokenCounter())
-            placeholder = self.placeholder
-            tokens = cost.tokens(placeholder)
-            return _hide_before(
-                history,
-                old_groups_end(history, self.preserve_recent_n),
-                placeholder,
-                cost.char_bound(tokens),
-                cost.ascii_by_length,
-                lambda message: cost.saved(message, placeholder, tokens) > 0,
-            )
         indices = self.hidden_indices(history, token_counter=token_counter)
         if not indices:
             return None
@@ -180,82 +163,3 @@ class ToolResultHiding:
         ):
             return 0
         return cost.saved(message, placeholder, tokens)
-
-
-def _hide_before(
-    history: Sequence[Message],
-    stop: int,
-    placeholder: str,
-    bound: int,
-    ascii_by_length: bool,
-    shrinks: Callable[[Message], bool],
-) -> list[Message] | None:
-    """Hide every result of the groups that start before ``stop``, in one fused pass.
-
-    The same result as :meth:`ToolResultHiding.hidden_indices` plus
-    :func:`~._shared.rewrite_contents`, written as one loop because hiding must cost little
-    more than copying the list (``benchmarks/bench_strategies.py``): the group scan of
-    :func:`~._shared.group_results`, the already-hidden test and the copy, all inline. A
-    string result longer than ``bound`` characters is hidden uncounted, a shorter ASCII one
-    is kept uncounted when ``ascii_by_length``; any other is hidden only if ``shrinks`` says
-    the placeholder costs fewer tokens.
-    Fields are read from each message's ``__dict__`` (one attribute lookup, then dictionary
-    lookups), a tool message is recognised by its ``tool_call_id`` before its role is compared,
-    and a single call's id is compared directly instead of through a one-element tuple.
-    """
-    out: list[Message] | None = None
-    new_object = object.__new__
-    set_dict, set_extra, set_fields_set, set_private = (
-        SET_DICT,
-        SET_EXTRA,
-        SET_FIELDS_SET,
-        SET_PRIVATE,
-    )
-    content_key = CONTENT_KEY
-    str_, tuple_ = str, tuple
-    one: str | None = None  # the id of the current group's call, when it has only one
-    many: Container[str] = ()  # the ids of the current group's calls, when parallel
-    for i, message in zip(range(stop), history, strict=False):
-        fields = message.__dict__
-        call_id = fields["tool_call_id"]
-        if call_id is not None and (call_id == one or call_id in many) and fields["role"] == "tool":
-            content = fields["content"]
-            kind = type(content)
-            if kind is str_:
-                if len(content) <= bound and (
-                    content == placeholder
-                    or (ascii_by_length and content.isascii())
-                    or not shrinks(message)
-                ):
-                    continue
-            elif (
-                kind is tuple_
-                and len(content) == 1
-                and isinstance(content[0], TextPart)
-                and content[0].text == placeholder
-            ) or not shrinks(message):
-                continue
-            if out is None:
-                out = list(history)
-            new = new_object(type(message))
-            copied = fields.copy()
-            copied["content"] = placeholder
-            set_dict(new, copied)
-            set_extra(new, message.__pydantic_extra__)  # shared: see with_content
-            fields_set = message.__pydantic_fields_set__
-            set_fields_set(new, fields_set if "content" in fields_set else fields_set | content_key)
-            set_private(new, message.__pydantic_private__)
-            out[i] = new
-            continue
-        role = fields["role"]
-        if role == "tool":
-            continue  # a result of another group, or without an id: the group goes on
-        calls = fields["tool_calls"]
-        if calls and role == "assistant":
-            if len(calls) == 1:
-                one, many = calls[0].id, ()
-            else:
-                one, many = None, {c.id for c in calls}
-        else:
-            one, many = None, ()
-    return out

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
 from .._groups import tool_groups
-from .._messages import Message, ToolCall
+from .._messages import Message, ToolCall, construct
 from .._tokens import HeuristicTokenCounter, TokenCounter
 from ..exceptions import ConfigError
 from ._errors import looks_like_error
@@ -27,10 +27,6 @@ from ._shared import (
     SCHEMA1_FIELDS,
     SCHEMA1_PLACEHOLDER,
     SCHEMA1_SEED_PLACEHOLDER,
-    SET_DICT,
-    SET_EXTRA,
-    SET_FIELDS_SET,
-    SET_PRIVATE,
     UNKNOWN_TOOL_NAME,
     PlaceholderCost,
     batched_boundary,
@@ -154,12 +150,7 @@ def _mask_plan(
 
 def _bare(cls: type[_M], fields: dict[str, object]) -> _M:
     """A model instance from ``fields`` with no validation (``model_construct``, faster)."""
-    new = object.__new__(cls)
-    SET_DICT(new, fields)
-    SET_EXTRA(new, None)
-    SET_FIELDS_SET(new, set(fields))
-    SET_PRIVATE(new, None)
-    return new
+    return construct(cls, fields, set(fields), None)
 
 
 def _skeleton(raw: object) -> Message:
@@ -254,7 +245,7 @@ def mask_old_tool_results(messages: list[ChatMessage], policy: MaskPolicy) -> li
 
 
 class Schema1Masking:
-    """Schema 1 observation masking as a strategy (enabled by default: choosing it enables it).
+    """Schema 1 observation masking as a strategy (choosing it is what turns masking on).
 
     Old tool results outside the newest ``window_turns`` tool turns get a short placeholder
     (``{tool_call_id}``, ``{tool_name}``, ``{original_chars}``). Kept whole: results of the
@@ -265,8 +256,8 @@ class Schema1Masking:
     ``content`` changes; a second run on the output returns ``None``.
 
     Args:
-        enabled: ``False`` makes :meth:`compact` return ``None`` (a rollback switch).
-        window_turns: Newest tool turns (assistant messages with calls) left untouched.
+        window_turns: Newest tool turns (assistant messages with calls) left untouched
+            (0: none are masked).
         keep_errors: Keep results that look like errors unmasked.
         keep_last_k_per_tool: Keep the last K results of each tool name (0: off).
         placeholder_template: Format string over the three fields above; default
@@ -289,7 +280,6 @@ class Schema1Masking:
     def __init__(
         self,
         *,
-        enabled: bool = True,
         window_turns: int = 8,
         keep_errors: bool = True,
         keep_last_k_per_tool: int = 0,
@@ -303,7 +293,7 @@ class Schema1Masking:
             )
         validate_template(placeholder_template, SCHEMA1_FIELDS, key="placeholder_template")
         self.policy = MaskPolicy(
-            enabled=bool(enabled),
+            enabled=True,
             window_turns=check_int("window_turns", window_turns),
             keep_errors=bool(keep_errors),
             keep_last_k_per_tool=check_int("keep_last_k_per_tool", keep_last_k_per_tool or 0),
@@ -314,9 +304,18 @@ class Schema1Masking:
 
     @classmethod
     def from_policy(cls, policy: MaskPolicy) -> Schema1Masking:
-        """The strategy for a seed :class:`MaskPolicy` (``enabled`` included)."""
+        """The strategy for an enabled seed :class:`MaskPolicy`.
+
+        Raises:
+            ConfigError: The policy is disabled: leave the strategy out instead.
+        """
+        if not policy.enabled:
+            raise ConfigError(
+                "the policy is disabled (enabled=False); a strategy always masks, so leave "
+                "Schema1Masking out to turn masking off",
+                key="enabled",
+            )
         return cls(
-            enabled=policy.enabled,
             window_turns=max(policy.window_turns, 0),
             keep_errors=policy.keep_errors,
             keep_last_k_per_tool=policy.keep_last_k_per_tool or 0,
@@ -328,7 +327,7 @@ class Schema1Masking:
     def __repr__(self) -> str:
         p = self.policy
         return (
-            f"Schema1Masking(enabled={p.enabled}, window_turns={p.window_turns}, "
+            f"Schema1Masking(window_turns={p.window_turns}, "
             f"keep_errors={p.keep_errors}, keep_last_k_per_tool={p.keep_last_k_per_tool}, "
             f"batch_turns={p.batch_turns}, clear_at_least={p.clear_at_least})"
         )
@@ -343,7 +342,7 @@ class Schema1Masking:
         """The synchronous core of :meth:`compact` (the heuristic when ``token_counter`` is
         ``None``)."""
         policy = self.policy
-        if not policy.enabled or policy.window_turns <= 0:
+        if policy.window_turns <= 0:
             return None
         cost = PlaceholderCost(token_counter or HeuristicTokenCounter())
 
