@@ -189,7 +189,7 @@ class CompactingSession:
     Example:
         >>> from agents import SQLiteSession
         >>> from ctxcompact.strategies import ToolResultHiding
-        >>> s = CompactingSession(SQLiteSession("u1"), ToolResultHiding(), max_context_size=9000)
+        >>> s = CompactingSession(SQLiteSession("u1"), ToolResultHiding(), max_context_size=90_000)
         >>> s.session_id
         'u1'
     """
