@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 from pathlib import Path
 from typing import Any
 
+import pytest
 from agents import Agent, Model, ModelResponse, RunConfig, Runner, SQLiteSession, function_tool
 from agents.testing.model import assistant_message
 from agents.usage import Usage
@@ -157,3 +159,19 @@ async def test_a_session_stores_the_compacted_history_for_the_next_run(tmp_path:
     third_run_first_call = model.inputs[8]
     assert third_run_first_call[: len(stored)] == stored
     assert session.session_id == "user-1"
+
+
+async def test_the_filter_fails_open_on_input_it_cannot_read(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from agents.run_config import CallModelData, ModelInputData
+
+    bad = [{"role": "user", "content": "hi"}, {"no": "type or role"}]
+    data = ModelInputData(input=bad, instructions="be brief")  # type: ignore[arg-type]
+    compaction = CompactionFilter(ToolResultHiding(), max_context_size=10, reserved_context_size=0)
+    agent = Agent(name="r", model=ReadingModel(calls=0))
+    out = await compaction(CallModelData(model_data=data, agent=agent, context=None))
+    assert out is data
+    assert out.input == [{"role": "user", "content": "hi"}, {"no": "type or role"}]
+    assert "message 1" in caplog.text
+    assert not re.search(r"\bhi\b", caplog.text)  # no message content in the log line

@@ -24,9 +24,10 @@ ctxcompact does not know pass through in place.
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING, Any
 
-from ..exceptions import MissingDependencyError
+from ..exceptions import FormatError, MissingDependencyError
 
 try:
     from agents.run_config import CallModelData, ModelInputData
@@ -48,6 +49,8 @@ if TYPE_CHECKING:
     from .._tokens import TokenCounter
 
 __all__ = ["CompactingSession", "CompactionFilter"]
+
+logger = logging.getLogger("ctxcompact.integrations.openai_agents")
 
 
 def _options(
@@ -92,6 +95,7 @@ class CompactionFilter:
     compacts, the filter remembers the items it replaced and, on later calls of the same run,
     sends the compacted items followed by only what is new: the compaction is done once and the
     rewritten prefix stays stable for the prompt cache (the SDK keeps its own items whole).
+    Input it cannot read as Responses items is sent unchanged, with a warning.
 
     Args:
         strategy: How to compact (any :class:`~ctxcompact.CompactionStrategy`).
@@ -138,7 +142,11 @@ class CompactionFilter:
         items = [_plain(item) for item in data.model_data.input]
         conversation = self._find(items)
         view: list[Any] = [*conversation.sent, *items[len(conversation.source) :]]
-        history = from_responses(view)
+        try:
+            history = from_responses(view)
+        except FormatError as exc:  # fail open: the run goes on with its input as is
+            logger.warning("not compacting: the model input is not Responses items (%s)", exc)
+            return data.model_data
         result = await conversation.controller.maybe_compact(history)
         if result is not history:
             conversation.source = [copy_json(item) for item in items]
@@ -234,7 +242,11 @@ class CompactingSession:
     async def compact(self, *, force: bool = False) -> bool:
         """Compact the stored items now if the trigger fires (or ``force``); whether it did."""
         stored: Sequence[Any] = [_plain(item) for item in await self.session.get_items()]
-        history = from_responses(stored)
+        try:
+            history = from_responses(stored)
+        except FormatError as exc:  # fail open: the session keeps what it stores
+            logger.warning("not compacting session %r: %s", self.session_id, exc)
+            return False
         result = await self.controller.maybe_compact(history, force=force)
         if result is history:
             return False
