@@ -6,12 +6,14 @@ from typing import Any
 
 from pydantic_ai import Agent, ModelRetry
 from pydantic_ai.messages import (
+    CompactionPart,
     ModelMessage,
     ModelMessagesTypeAdapter,
     ModelRequest,
     ModelResponse,
     TextPart,
     ThinkingPart,
+    ToolAvailabilityDeltaPart,
     ToolCallPart,
     ToolReturnPart,
     UserPromptPart,
@@ -48,7 +50,7 @@ class ReadingModel:
 
 
 def reading_agent(model: ReadingModel, capability: Any) -> Agent[None, str]:
-    agent = Agent(FunctionModel(model), capabilities=[capability])
+    agent = Agent(FunctionModel(model), capabilities=[capability], instructions="Be brief.")
     failed: set[str] = set()
 
     @agent.tool_plain
@@ -220,3 +222,26 @@ def test_an_edited_tool_return_is_a_copy_with_only_the_content_replaced() -> Non
     assert (new_ret.content, new_ret.tool_call_id, new_ret.metadata) == ("[hidden]", "c1", {"k": 1})
     assert prompt is messages[1].parts[1]
     assert ret.content == "A" * 100  # the original is untouched
+
+
+def test_parts_without_a_message_ride_with_their_neighbour_and_survive() -> None:
+    rider = ToolAvailabilityDeltaPart(tools_added=["read"])
+    messages: list[ModelMessage] = [
+        ModelRequest(parts=[rider]),  # only a rider: kept as an empty user message
+        ModelRequest(parts=[UserPromptPart("go"), CompactionPart("earlier: read a.py"), rider]),
+        ModelResponse(parts=[ToolCallPart("read", {}, tool_call_id="c1")]),
+        ModelRequest(parts=[ToolReturnPart("read", "x" * 50, tool_call_id="c1")]),
+    ]
+    history = to_history(messages)
+    assert [m.role for m in history] == ["user", "user", "user", "assistant", "tool"]
+    assert history[2].text == "earlier: read a.py"  # a summary is context, not a rider
+    assert check_history(history) == []
+    hidden = [*history[:4], history[4].replace(content="[hidden]")]
+    back = from_history(hidden, messages, history)
+    assert all(a is b for a, b in zip(back[:3], messages[:3], strict=True))
+    assert back[3].parts[0].content == "[hidden]"  # type: ignore[union-attr]
+    # dropping the request's messages drops its riders with them, and nothing else
+    assert [type(m).__name__ for m in from_history(history[3:], messages, history)] == [
+        "ModelResponse",
+        "ModelRequest",
+    ]

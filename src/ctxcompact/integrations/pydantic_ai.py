@@ -125,10 +125,11 @@ class CompactingProcessor:
 def to_history(messages: Sequence[pai.ModelMessage]) -> list[Message]:
     """A pydantic-ai message list as a ctxcompact history.
 
-    A ``ModelRequest`` becomes one message per system prompt, user prompt, retry feedback and
-    tool return (a tool return is a ``tool`` message); a ``ModelResponse`` becomes one assistant
-    message (text -> text parts, thinking and other parts -> raw parts, tool calls -> tool
-    calls). Each message records where it came from, for :func:`from_history`.
+    A ``ModelRequest`` becomes one message per system prompt, user prompt, compaction summary,
+    retry feedback and tool return (a tool return is a ``tool`` message); a ``ModelResponse``
+    becomes one assistant message (text -> text parts, thinking and other parts -> raw parts,
+    tool calls -> tool calls). Each message records where it came from, for
+    :func:`from_history`.
 
     Example:
         >>> from pydantic_ai.messages import ModelRequest
@@ -157,6 +158,8 @@ def _read_request(request: pai.ModelRequest, i: int, out: list[Message]) -> None
             made = Message(role="system", content=part.content, **_source(i, [*riders, j], j))
         elif isinstance(part, pai.UserPromptPart):
             made = Message(role="user", content=_user_content(part), **_source(i, [*riders, j], j))
+        elif isinstance(part, pai.CompactionPart):  # an earlier summary: context the model reads
+            made = Message(role="user", content=part.content or "", **_source(i, [*riders, j], j))
         elif isinstance(part, pai.RetryFeedbackPart):
             text = part.model_response()
             made = Message(role="user", content=text, **_source(i, [*riders, j], j))
