@@ -10,6 +10,8 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from ctxcompact import (
     CompactionController,
@@ -17,6 +19,7 @@ from ctxcompact import (
     Message,
     RawPart,
     TextPart,
+    ToolCall,
     check_history,
     from_openai,
     from_responses,
@@ -35,6 +38,7 @@ from ctxcompact.strategies import (
     ToolResultTruncation,
 )
 from ctxcompact.testing import ScriptedLLM
+from tests.gen import invalid_histories, valid_histories
 from tests.responses_items import ROLLOUTS, chat_to_items, item_problems, load_rollout
 from tests.strategy_checks import assert_safe, dump, run
 from tests.traces import load_trace, trace_names
@@ -252,6 +256,24 @@ def test_not_a_list_is_refused_with_a_hint(value: Any) -> None:
         from_responses(value)
 
 
+@pytest.mark.parametrize(
+    ("message", "field"),
+    [
+        (
+            Message(
+                role="user", content="x", tool_calls=[ToolCall(id="c", name="f", arguments="{}")]
+            ),
+            "tool_calls",
+        ),
+        (Message(role="user", content="x", tool_call_id="c"), "tool_call_id"),
+        (Message(role="tool", content="x"), "tool_call_id"),
+    ],
+)
+def test_calls_on_the_wrong_role_are_refused_not_dropped(message: Message, field: str) -> None:
+    with pytest.raises(FormatError, match=f"^message 1, field '{field}'"):
+        to_responses([Message.user("hi"), message])
+
+
 def test_writing_something_else_than_messages_is_refused() -> None:
     with pytest.raises(FormatError, match="message 1: expected a Message"):
         to_responses([Message.user("x"), {"role": "user"}])  # type: ignore[list-item]
@@ -448,3 +470,43 @@ def test_the_item_check_catches_what_the_api_rejects() -> None:
     ]
     assert item_problems([fc("c1"), msg("user", "x")]) == ["item 0: call 'c1' never answered"]
     assert item_problems([msg("user", "x"), REASONING, fc("c1")]) == []  # pending call
+
+
+# -- generated histories ------------------------------------------------------------------------
+
+
+def _pieces(message: Message) -> list[str]:
+    """The message's texts, one per string content or text part (adjacent assistant messages
+    become one model turn, so their texts are compared piece by piece)."""
+    if isinstance(message.content, str):
+        return [message.content]
+    return [p.text for p in message.content or () if isinstance(p, TextPart)]
+
+
+def _calls_results_texts(history: list[Message]) -> tuple[list[Any], list[Any], list[Any]]:
+    calls = [(c.id, c.name, c.arguments) for m in history for c in m.tool_calls or ()]
+    results = [(m.tool_call_id, m.text) for m in history if m.role == "tool"]
+    texts = [(m.role, t) for m in history if m.role != "tool" for t in _pieces(m) if t]
+    return calls, results, texts
+
+
+@given(st.one_of(valid_histories(max_calls=4), invalid_histories().map(lambda pair: pair[0])))
+@settings(max_examples=150, deadline=None)
+def test_generated_histories_survive_as_items(history: list[Message]) -> None:
+    misplaced = [
+        p
+        for p in check_history(history)
+        if p.kind.startswith("misplaced") or "no tool_call_id" in p.message
+    ]
+    if misplaced:
+        with pytest.raises(FormatError, match=f"^message {misplaced[0].index}, field 'tool_call"):
+            to_responses(history)
+        return
+    items = to_responses(history)
+    json.dumps(items)  # a real request body: plain JSON
+    back = from_responses(items)
+    assert to_responses(back) == items
+    assert _calls_results_texts(back) == _calls_results_texts(history)
+    # Responses has no message boundaries inside a model turn: merging adjacent assistant
+    # messages may only ever fix a pairing problem, never add one
+    assert {p.kind for p in check_history(back)} <= {p.kind for p in check_history(history)}

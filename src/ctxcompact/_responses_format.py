@@ -265,7 +265,8 @@ def to_responses(history: Sequence[Message]) -> list[dict[str, Any]]:
         New dicts and lists (nothing is shared with the history), ready to send.
 
     Raises:
-        FormatError: An item of ``history`` is not a :class:`Message`.
+        FormatError: An item of ``history`` is not a :class:`Message`, or a call or call id
+            sits on a message of the wrong role (items have no place for it).
 
     Example:
         >>> to_responses([Message.user("hi")])
@@ -278,6 +279,7 @@ def to_responses(history: Sequence[Message]) -> list[dict[str, Any]]:
         meta = extra_of(message).get(RESPONSES_KEY)
         meta = meta if isinstance(meta, Mapping) else {}
         role = message.role
+        _check_pairing_fields(message, index)
         if role == "assistant":
             out.extend(_write_run(message, meta))
         elif role == "tool":
@@ -290,6 +292,24 @@ def to_responses(history: Sequence[Message]) -> list[dict[str, Any]]:
             item["content"] = _write_content(message.content, meta.get("types"), "input_text")
             out.append(_reorder(item, meta.get("order")))
     return out
+
+
+def _check_pairing_fields(message: Message, index: int) -> None:
+    """Items have no place for a call or a call id on the wrong role: refuse, never drop."""
+    role = message.role
+    if message.tool_calls and role != "assistant":
+        raise FormatError(
+            f"a {role} message has tool_calls; only assistant messages can carry calls",
+            index=index,
+            field="tool_calls",
+        )
+    if (message.tool_call_id is None) == (role == "tool"):
+        what = (
+            "needs the 'tool_call_id' of the call it answers"
+            if role == "tool"
+            else (f"has a tool_call_id ({message.tool_call_id!r}); only tool results answer calls")
+        )
+        raise FormatError(f"a {role} message {what}", index=index, field="tool_call_id")
 
 
 def _single_raw(content: Content) -> RawPart | None:
