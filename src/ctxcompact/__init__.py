@@ -27,8 +27,8 @@ from ._groups import ToolGroup, tool_groups
 from ._loader import ParamInfo, StrategyInfo, list_strategies, load_strategy
 from ._messages import ImagePart, Message, RawPart, TextPart, ToolCall
 from ._openai_format import from_openai, to_openai
-from ._responses_detect import looks_like_responses
 from ._responses_format import from_responses, to_responses
+from ._responses_items import looks_like_responses
 from ._tokens import HeuristicTokenCounter, TiktokenCounter, TokenCounter
 from ._tools import Tool, ToolResult, tool
 from ._validate import HistoryProblem, check_history

@@ -31,48 +31,20 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ._format_common import (
-    copy_json,
-    extra_of,
-    new_message,
-    new_part,
-    new_tool_call,
-    part_to_dict,
-    type_name,
-)
+from ._format_common import copy_json, new_message, new_part, new_tool_call, type_name
 from ._messages import Content, ImagePart, Message, RawPart, TextPart, ToolCall
+from ._responses_items import (
+    CALLS,
+    INPUT_ROLES,
+    MODEL_ITEMS,
+    OUTPUTS,
+    RESPONSES_KEY,
+    TEXT_TYPES,
+)
+from ._responses_write import to_responses
 from .exceptions import FormatError
 
-__all__ = ["MARKER_TYPES", "RESPONSES_KEY", "TEXT_TYPES", "from_responses", "to_responses"]
-
-RESPONSES_KEY = "responses"
-"""The extra key holding Responses-only layout on messages and tool calls made here."""
-
-TEXT_TYPES = frozenset({"input_text", "output_text"})
-_INPUT_ROLES = frozenset({"user", "system", "developer"})
-_CALLS = {"function_call": ("function", "arguments"), "custom_tool_call": ("custom", "input")}
-_CALL_ITEM = {"function": "function_call", "custom": "custom_tool_call"}
-_OUTPUTS = frozenset({"function_call_output", "custom_tool_call_output"})
-# Items the model produces: they join the assistant run they sit in, so a reasoning item is
-# never separated from the item it preceded. Their ``*_output`` answers stay standalone.
-_MODEL_ITEMS = frozenset(
-    {
-        "reasoning",
-        "web_search_call",
-        "file_search_call",
-        "computer_call",
-        "code_interpreter_call",
-        "image_generation_call",
-        "local_shell_call",
-        "shell_call",
-        "apply_patch_call",
-        "mcp_call",
-        "mcp_list_tools",
-        "mcp_approval_request",
-    }
-)
-MARKER_TYPES = _MODEL_ITEMS | _OUTPUTS | frozenset(_CALLS) | {"compaction", "item_reference"}
-"""Item types no Chat Completions message has: one is enough to recognise the format."""
+__all__ = ["RESPONSES_KEY", "from_responses", "to_responses"]
 
 
 def from_responses(items: Sequence[Mapping[str, Any]]) -> list[Message]:
@@ -115,7 +87,7 @@ def from_responses(items: Sequence[Mapping[str, Any]]) -> list[Message]:
         if kind is not None and not isinstance(kind, str):
             raise FormatError(f"must be a string, got {type_name(kind)}", index=index, field="type")
         is_message = kind is None or kind == "message"
-        if (is_message and role == "assistant") or kind in _MODEL_ITEMS or kind in _CALLS:
+        if (is_message and role == "assistant") or kind in MODEL_ITEMS or kind in CALLS:
             if run is None:
                 run = _Run()
             run.add(item, index, kind, is_message)
@@ -125,7 +97,7 @@ def from_responses(items: Sequence[Mapping[str, Any]]) -> list[Message]:
             run = None
         if is_message:
             out.append(_read_input_message(item, index, role))
-        elif kind in _OUTPUTS:
+        elif kind in OUTPUTS:
             out.append(_read_output(item, index, kind))
         else:
             part = RawPart.model_validate(copy_json(dict(item)))
@@ -180,7 +152,7 @@ def _read_parts(value: object, index: int, field: str) -> tuple[Content, dict[st
 
 
 def _read_input_message(item: Mapping[str, Any], index: int, role: object) -> Message:
-    if role not in _INPUT_ROLES:
+    if role not in INPUT_ROLES:
         what = "is missing" if role is None else f"{role!r} is not one of"
         raise FormatError(
             f"the message role {what} user, system, developer, assistant",
@@ -231,8 +203,8 @@ class _Run:
             self.parts.extend(parts)
             keys = _rest(item, ("role", "content"))
             self.layout.append(["m", len(parts), keys, is_str, types, list(item)])
-        elif kind in _CALLS:
-            call_type, args_key = _CALLS[kind]
+        elif kind in CALLS:
+            call_type, args_key = CALLS[kind]
             call_id = _string(item, "call_id", index)
             name = _string(item, "name", index)
             arguments = _string(item, args_key, index)
@@ -253,185 +225,3 @@ class _Run:
         if calls:
             fields_set.add("tool_calls")
         return new_message(values, fields_set, _meta(layout=self.layout))
-
-
-def to_responses(history: Sequence[Message]) -> list[dict[str, Any]]:
-    """Write a history as a list of Responses API items (a request's ``input``).
-
-    Args:
-        history: The messages, e.g. from :func:`from_responses` or a strategy.
-
-    Returns:
-        New dicts and lists (nothing is shared with the history), ready to send.
-
-    Raises:
-        FormatError: An item of ``history`` is not a :class:`Message`, or a call or call id
-            sits on a message of the wrong role (items have no place for it).
-
-    Example:
-        >>> to_responses([Message.user("hi")])
-        [{'role': 'user', 'content': 'hi'}]
-    """
-    out: list[dict[str, Any]] = []
-    for index, message in enumerate(history):
-        if not isinstance(message, Message):
-            raise FormatError(f"expected a Message, got {type(message).__name__}", index=index)
-        meta = extra_of(message).get(RESPONSES_KEY)
-        meta = meta if isinstance(meta, Mapping) else {}
-        role = message.role
-        _check_pairing_fields(message, index)
-        if role == "assistant":
-            out.extend(_write_run(message, meta))
-        elif role == "tool":
-            out.append(_write_output(message, meta))
-        elif meta.get("opaque") and (raw := _single_raw(message.content)) is not None:
-            out.append(part_to_dict(raw))
-        else:
-            item = copy_json(meta.get("item", {}))
-            item["role"] = role
-            item["content"] = _write_content(message.content, meta.get("types"), "input_text")
-            out.append(_reorder(item, meta.get("order")))
-    return out
-
-
-def _check_pairing_fields(message: Message, index: int) -> None:
-    """Items have no place for a call or a call id on the wrong role: refuse, never drop."""
-    role = message.role
-    if message.tool_calls and role != "assistant":
-        raise FormatError(
-            f"a {role} message has tool_calls; only assistant messages can carry calls",
-            index=index,
-            field="tool_calls",
-        )
-    if (message.tool_call_id is None) == (role == "tool"):
-        what = (
-            "needs the 'tool_call_id' of the call it answers"
-            if role == "tool"
-            else (f"has a tool_call_id ({message.tool_call_id!r}); only tool results answer calls")
-        )
-        raise FormatError(f"a {role} message {what}", index=index, field="tool_call_id")
-
-
-def _single_raw(content: Content) -> RawPart | None:
-    """The item an opaque message holds, unless a strategy replaced its content."""
-    if isinstance(content, tuple) and len(content) == 1 and isinstance(content[0], RawPart):
-        return content[0]
-    return None
-
-
-def _write_content(content: Content, types: object, default: str) -> Any:
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    types = types if isinstance(types, Mapping) else {}
-    return [_write_part(part, types.get(str(k)), default) for k, part in enumerate(content)]
-
-
-def _write_part(part: TextPart | ImagePart | RawPart, kind: object, default: str) -> dict[str, Any]:
-    block = part_to_dict(part)
-    if isinstance(part, TextPart):
-        block["type"] = kind if kind in TEXT_TYPES else default
-    elif isinstance(part, ImagePart) and part.type == "image_url":
-        # Chat Completions' image part, as the Responses API spells it.
-        image = block.pop("image_url", None)
-        del block["type"]
-        url = image.get("url") if isinstance(image, Mapping) else image
-        if isinstance(image, Mapping) and "detail" in image:
-            block["detail"] = image["detail"]
-        block = {"type": "input_image", "image_url": url, **block}
-    return block
-
-
-def _write_output(message: Message, meta: Mapping[str, Any]) -> dict[str, Any]:
-    item = copy_json(meta.get("item", {"type": "function_call_output"}))
-    item["call_id"] = message.tool_call_id
-    item["output"] = _write_content(message.content, meta.get("types"), "input_text")
-    return _reorder(item, meta.get("order"))
-
-
-def _write_call(call: ToolCall) -> dict[str, Any]:
-    kind = call.type
-    item: dict[str, Any] = {"type": _CALL_ITEM.get(kind, "function_call")}
-    meta = extra_of(call).get(RESPONSES_KEY)
-    meta = meta if isinstance(meta, Mapping) else {}
-    item.update(copy_json(meta.get("item") or {}))
-    item["call_id"] = call.id
-    item["name"] = call.name
-    item["input" if kind == "custom" else "arguments"] = call.arguments
-    return _reorder(item, meta.get("order"))
-
-
-def _write_run(message: Message, meta: Mapping[str, Any]) -> list[dict[str, Any]]:
-    content = message.content
-    calls = message.tool_calls or ()
-    layout = meta.get("layout")
-    if isinstance(content, tuple) and isinstance(layout, list) and _fits(layout, content, calls):
-        return _write_layout(layout, content, calls)
-    out: list[dict[str, Any]] = []
-    if isinstance(content, str):
-        out.append({"role": "assistant", "content": content})
-    elif content:
-        texts: list[dict[str, Any]] = []
-        for part in content:
-            if isinstance(part, RawPart) and part.type in _MODEL_ITEMS:
-                if texts:
-                    out.append({"type": "message", "role": "assistant", "content": texts})
-                    texts = []
-                out.append(part_to_dict(part))
-            else:
-                texts.append(_write_part(part, None, "output_text"))
-        if texts:
-            out.append({"type": "message", "role": "assistant", "content": texts})
-    out.extend(_write_call(call) for call in calls)
-    return out
-
-
-def _fits(layout: list[list[Any]], content: tuple[Any, ...], calls: Sequence[ToolCall]) -> bool:
-    """Whether the recorded item layout still describes this content (a strategy may edit)."""
-    n_parts = n_calls = 0
-    for entry in layout:
-        tag = entry[0]
-        if tag == "r":
-            if n_parts >= len(content) or not isinstance(content[n_parts], RawPart):
-                return False
-            n_parts += 1
-        elif tag == "c":
-            n_calls += 1
-        else:
-            n_parts += entry[1]
-    return n_parts == len(content) and n_calls == len(calls)
-
-
-def _write_layout(
-    layout: list[list[Any]], content: tuple[Any, ...], calls: Sequence[ToolCall]
-) -> list[dict[str, Any]]:
-    out: list[dict[str, Any]] = []
-    p = c = 0
-    for entry in layout:
-        tag = entry[0]
-        if tag == "r":
-            out.append(part_to_dict(content[p]))
-            p += 1
-        elif tag == "c":
-            out.append(_write_call(calls[c]))
-            c += 1
-        else:
-            _, n, keys, is_str, types, order = entry
-            item = copy_json(keys)
-            item["role"] = "assistant"
-            parts = content[p : p + n]
-            if is_str and n == 1 and isinstance(parts[0], TextPart) and not extra_of(parts[0]):
-                item["content"] = parts[0].text
-            else:
-                item["content"] = _write_content(parts, types, "output_text")
-            out.append(_reorder(item, order))
-            p += n
-    return out
-
-
-def _reorder(item: dict[str, Any], order: object) -> dict[str, Any]:
-    """The item with its keys in the order they were read (JSON text round-trips too)."""
-    if not isinstance(order, list) or len(order) != len(item) or not all(k in item for k in order):
-        return item
-    return {k: item[k] for k in order}
