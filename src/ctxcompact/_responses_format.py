@@ -100,12 +100,19 @@ def from_responses(items: Sequence[Mapping[str, Any]]) -> list[Message]:
         elif kind in OUTPUTS:
             out.append(_read_output(item, index, kind))
         else:
-            part = RawPart.model_validate(copy_json(dict(item)))
+            part = _raw(item)
             values = _values("user", (part,))
             out.append(new_message(values, {"role", "content", RESPONSES_KEY}, _meta(opaque=True)))
     if run is not None:
         out.append(run.message())
     return out
+
+
+def _raw(item: Mapping[str, Any]) -> RawPart | TextPart | ImagePart:
+    """A whole item kept verbatim as a part (its ``type`` was checked to be a string)."""
+    if item["type"] == "text":  # no such item today; new_part would read it as a text part
+        return RawPart.model_validate(copy_json(dict(item)))
+    return new_part(item, "")  # copies the values; "" = no type is an image part
 
 
 def _values(role: str, content: Content, **fields: Any) -> dict[str, Any]:
@@ -215,7 +222,7 @@ class _Run:
             self.calls.append(new_tool_call(values, fields_set, extra))
             self.layout.append(["c"])
         else:
-            self.parts.append(RawPart.model_validate(copy_json(dict(item))))
+            self.parts.append(_raw(item))
             self.layout.append(["r"])
 
     def message(self) -> Message:
