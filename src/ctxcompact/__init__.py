@@ -37,6 +37,8 @@ from ._loader import ParamInfo, StrategyInfo, list_strategies, load_strategy
 from ._messages import ImagePart, Message, RawPart, TextPart, ToolCall
 from ._models import context_window, parse_context_error
 from ._openai_format import from_openai, to_openai
+from ._responses_format import from_responses, to_responses
+from ._responses_items import looks_like_responses
 from ._tokens import HeuristicTokenCounter, TiktokenCounter, TokenCounter
 from ._tools import Tool, ToolResult, tool
 from ._validate import HistoryProblem, check_history
@@ -86,13 +88,16 @@ __all__ = [
     "context_window",
     "from_anthropic",
     "from_openai",
+    "from_responses",
     "list_strategies",
     "load_config",
     "load_strategy",
+    "looks_like_responses",
     "parse_context_error",
     "read_conversation",
     "to_anthropic",
     "to_openai",
+    "to_responses",
     "tool",
     "tool_groups",
     "wire",

@@ -1,0 +1,264 @@
+"""Compaction for the OpenAI Agents SDK: a model-input filter and a compacting ``Session``.
+
+Example:
+    .. code-block:: python
+
+        from agents import Agent, RunConfig, Runner
+        from ctxcompact.integrations.openai_agents import CompactionFilter, CompactingSession
+        from ctxcompact.strategies import ToolResultHiding
+
+        hiding = ToolResultHiding()
+        config = RunConfig(
+            call_model_input_filter=CompactionFilter(hiding, max_context_size=128_000)
+        )
+        result = await Runner.run(agent, "fix the tests", run_config=config)
+
+        # or: compact what a session stores between runs
+        session = CompactingSession(SQLiteSession("user-1"), hiding, max_context_size=128_000)
+
+Both read the SDK's Responses items with :func:`~ctxcompact.from_responses` and write them back
+with :func:`~ctxcompact.to_responses`: reasoning items (``encrypted_content`` included) stay with
+the call they preceded, a hidden ``function_call_output`` keeps its ``call_id``, and items
+ctxcompact does not know pass through in place.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from ..exceptions import FormatError, MissingDependencyError
+
+try:
+    from agents.run_config import CallModelData, ModelInputData
+except ImportError as exc:  # pragma: no cover - exercised in a subprocess test
+    raise MissingDependencyError("ctxcompact.integrations.openai_agents", "openai-agents") from exc
+
+from .._format_common import copy_json
+from .._responses_format import from_responses, to_responses
+from ._common import Controllers
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping, Sequence
+
+    from agents import Session, TResponseInputItem
+    from agents.memory import SessionSettings
+
+    from .._contract import LLM, CompactionStrategy
+    from .._controller import CompactionController, CompactionEvent
+    from .._tokens import TokenCounter
+
+__all__ = ["CompactingSession", "CompactionFilter"]
+
+logger = logging.getLogger("ctxcompact.integrations.openai_agents")
+
+
+def _options(
+    max_context_size: int,
+    reserved_context_size: int,
+    trigger_ratio: float | None,
+    token_counter: TokenCounter | None,
+    llm: LLM | None,
+    on_event: Callable[[CompactionEvent], object] | None,
+) -> dict[str, Any]:
+    return {
+        "max_context_size": max_context_size,
+        "reserved_context_size": reserved_context_size,
+        "trigger_ratio": trigger_ratio,
+        "token_counter": token_counter,
+        "llm": llm,
+        "on_event": on_event,
+    }
+
+
+def _plain(item: Any) -> Mapping[str, Any]:
+    """An input item as a dict (the SDK's items are TypedDicts; output models are pydantic)."""
+    dump = getattr(item, "model_dump", None)
+    return dump(exclude_unset=True) if callable(dump) else item  # type: ignore[no-any-return]
+
+
+class _Conversation:
+    """What the filter remembers of one run: the items of its last call, the items it
+    compacted and what it sends instead of them."""
+
+    def __init__(self, controller: CompactionController) -> None:
+        self.controller = controller
+        self.seen: list[Any] = []
+        self.source: list[Any] = []
+        self.sent: list[dict[str, Any]] = []
+
+
+class CompactionFilter:
+    """A ``RunConfig.call_model_input_filter`` that compacts the run's items when they grow.
+
+    The SDK calls it before every model call with the run's whole input. When the controller
+    compacts, the filter remembers the items it replaced and, on later calls of the same run,
+    sends the compacted items followed by only what is new: the compaction is done once and the
+    rewritten prefix stays stable for the prompt cache (the SDK keeps its own items whole).
+    Input it cannot read as Responses items is sent unchanged, with a warning.
+
+    Args:
+        strategy: How to compact (any :class:`~ctxcompact.CompactionStrategy`).
+        max_context_size: The model's context window, in tokens.
+        reserved_context_size: Tokens kept free for the answer.
+        trigger_ratio: Compact at this fraction of ``max_context_size`` instead.
+        token_counter: Counts tokens (default: the heuristic counter).
+        llm: The LLM that summarizing strategies use.
+        on_event: Called with a :class:`~ctxcompact.CompactionEvent` after each attempt.
+        max_conversations: How many runs' state to keep (oldest forgotten first).
+
+    Example:
+        >>> from ctxcompact.strategies import ToolResultHiding
+        >>> CompactionFilter(ToolResultHiding(), max_context_size=128_000)
+        CompactionFilter(ToolResultHiding(...), max_context_size=128000)
+    """
+
+    def __init__(
+        self,
+        strategy: CompactionStrategy,
+        *,
+        max_context_size: int,
+        reserved_context_size: int = 50_000,
+        trigger_ratio: float | None = None,
+        token_counter: TokenCounter | None = None,
+        llm: LLM | None = None,
+        on_event: Callable[[CompactionEvent], object] | None = None,
+        max_conversations: int = 64,
+    ) -> None:
+        options = _options(
+            max_context_size, reserved_context_size, trigger_ratio, token_counter, llm, on_event
+        )
+        self._controllers = Controllers(strategy, options)
+        self._max_context_size = max_context_size
+        self._max_conversations = max_conversations
+        self._conversations: list[_Conversation] = []
+        self._made = 0
+
+    def __repr__(self) -> str:
+        name = type(self._controllers.strategy).__name__
+        return f"CompactionFilter({name}(...), max_context_size={self._max_context_size})"
+
+    async def __call__(self, data: CallModelData[Any]) -> ModelInputData:
+        items = [_plain(item) for item in data.model_data.input]
+        conversation = self._find(items)
+        view: list[Any] = [*conversation.sent, *items[len(conversation.source) :]]
+        try:
+            history = from_responses(view)
+        except FormatError as exc:  # fail open: the run goes on with its input as is
+            logger.warning("not compacting: the model input is not Responses items (%s)", exc)
+            return data.model_data
+        result = await conversation.controller.maybe_compact(history)
+        if result is not history:
+            conversation.source = [copy_json(item) for item in items]
+            conversation.sent = to_responses(result)
+            view = list(conversation.sent)
+        conversation.seen = [copy_json(item) for item in items]
+        instructions = data.model_data.instructions
+        return ModelInputData(input=view, instructions=instructions)
+
+    def _find(self, items: list[Any]) -> _Conversation:
+        """The run these items continue (its last call's items are their prefix), or a new one."""
+        best: _Conversation | None = None
+        for conversation in self._conversations:
+            n = len(conversation.seen)
+            longer = best is None or n > len(best.seen)
+            if longer and 0 < n <= len(items) and items[:n] == conversation.seen:
+                best = conversation
+        if best is not None:
+            self._conversations.remove(best)
+            self._conversations.append(best)
+            return best
+        self._made += 1
+        conversation = _Conversation(self._controllers.get(("run", self._made)))
+        self._conversations.append(conversation)
+        if len(self._conversations) > self._max_conversations:
+            self._conversations.pop(0)
+        return conversation
+
+
+class CompactingSession:
+    """A ``Session`` that compacts what it stores, wrapping any other session.
+
+    After each ``add_items`` the wrapper reads the stored items, lets the controller decide,
+    and when it compacts, replaces the stored items with the compacted ones (``clear_session``
+    then ``add_items`` on the wrapped session). Later runs then start from the compacted
+    history. Every other call goes straight to the wrapped session.
+
+    Args:
+        session: The session that stores (``SQLiteSession``, a Redis session...).
+        strategy: How to compact.
+        max_context_size: The model's context window, in tokens.
+        reserved_context_size: Tokens kept free for the answer.
+        trigger_ratio: Compact at this fraction of ``max_context_size`` instead.
+        token_counter: Counts tokens (default: the heuristic counter).
+        llm: The LLM that summarizing strategies use.
+        on_event: Called with a :class:`~ctxcompact.CompactionEvent` after each attempt.
+
+    Example:
+        >>> from agents import SQLiteSession
+        >>> from ctxcompact.strategies import ToolResultHiding
+        >>> s = CompactingSession(SQLiteSession("u1"), ToolResultHiding(), max_context_size=90_000)
+        >>> s.session_id
+        'u1'
+    """
+
+    def __init__(
+        self,
+        session: Session,
+        strategy: CompactionStrategy,
+        *,
+        max_context_size: int,
+        reserved_context_size: int = 50_000,
+        trigger_ratio: float | None = None,
+        token_counter: TokenCounter | None = None,
+        llm: LLM | None = None,
+        on_event: Callable[[CompactionEvent], object] | None = None,
+    ) -> None:
+        options = _options(
+            max_context_size, reserved_context_size, trigger_ratio, token_counter, llm, on_event
+        )
+        self.session = session
+        self.controller = Controllers(strategy, options).get(session.session_id)
+
+    @property
+    def session_id(self) -> str:
+        """The wrapped session's id."""
+        return self.session.session_id
+
+    @property
+    def session_settings(self) -> SessionSettings | None:
+        """The wrapped session's settings."""
+        return self.session.session_settings
+
+    async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:
+        """The stored items (compacted when a compaction ran), oldest first."""
+        return await self.session.get_items(limit)
+
+    async def add_items(self, items: list[TResponseInputItem]) -> None:
+        """Store ``items``, then compact the stored history if the trigger fires."""
+        await self.session.add_items(items)
+        await self.compact()
+
+    async def compact(self, *, force: bool = False) -> bool:
+        """Compact the stored items now if the trigger fires (or ``force``); whether it did."""
+        stored: Sequence[Any] = [_plain(item) for item in await self.session.get_items()]
+        try:
+            history = from_responses(stored)
+        except FormatError as exc:  # fail open: the session keeps what it stores
+            logger.warning("not compacting session %r: %s", self.session_id, exc)
+            return False
+        result = await self.controller.maybe_compact(history, force=force)
+        if result is history:
+            return False
+        compacted: list[Any] = to_responses(result)
+        await self.session.clear_session()
+        await self.session.add_items(compacted)
+        return True
+
+    async def pop_item(self) -> TResponseInputItem | None:
+        """Remove and return the newest stored item."""
+        return await self.session.pop_item()
+
+    async def clear_session(self) -> None:
+        """Remove every stored item."""
+        await self.session.clear_session()
