@@ -433,6 +433,8 @@ class Agent:
         cut = [truncation.truncate_message(m) for m in results]
         self.history.extend(cut)
         if self.store is not None:
+            # The cut copies are not originals: the store keeps the whole ones instead.
+            self.controller.state.produced.add(results, cut)
             store_cut_results(self.store, self.controller.store_namespace, start, results, cut)
 
 

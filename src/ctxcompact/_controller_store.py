@@ -12,9 +12,10 @@ exceptions keep the rewrite honest:
   and is kept as it is;
 * a result shorter than its recall placeholder is put back whole (hiding never makes a result
   bigger, and nothing is then removed);
-* a message a rewrite produced (a placeholder, a summary) is never recorded as an original,
-  so a later rewrite that drops it cannot shadow the real original; a recall placeholder that
-  a strategy hid again is put back, so the placeholder text stays stable call after call.
+* a message a rewrite produced (a placeholder, a summary, a result the agent cut on arrival)
+  is never recorded as an original, so a later rewrite that drops or masks it cannot shadow
+  the real original; a recall placeholder that a strategy hid again is put back, so the
+  placeholder text stays stable call after call.
 
 A store failure never blocks the rewrite: it is returned as text without message content (the
 controller logs it and reports it in the result), and placeholders then keep the strategy's
@@ -131,11 +132,10 @@ class StoreHook:
             tool_call_id=removal.tool_call_id, tool_name=removal.tool_name or "unknown"
         )
 
-    def _is_original(self, removal: Removal, produced: ProducedMessages) -> bool:
+    def _is_recall_text(self, removal: Removal) -> bool:
+        """Whether the removed message is itself a recall placeholder (a rewrite's output)."""
         message = removal.message
-        if message in produced:
-            return False
-        return not (
+        return (
             self.recall_template is not None
             and message.role == "tool"
             and message.text == self._render(removal)
@@ -167,7 +167,7 @@ class StoreHook:
         for removal in removals:
             replacement = removal.replacement
             j = positions.get(id(replacement)) if replacement is not None else None
-            if not self._is_original(removal, produced):
+            if self._is_recall_text(removal):
                 if j is not None:
                     restored[j] = removal.message  # a recall placeholder hidden again
                 continue
@@ -179,6 +179,8 @@ class StoreHook:
                     continue
                 assert replacement is not None
                 rendered[j] = replacement.replace(content=text)
+            if removal.message in produced:
+                continue  # not an original: its original was kept when it was produced
             records.append(
                 StoredOriginal.from_message(
                     removal.message,
