@@ -21,6 +21,8 @@ from ctxcompact import (
     ToolCall,
     check_history,
     from_openai,
+    load_config,
+    wire,
 )
 from ctxcompact._tools import ToolResult
 from ctxcompact.exceptions import ConfigError, UserError
@@ -416,3 +418,19 @@ def test_a_store_file_that_cannot_be_opened_is_a_config_error_at_store_path(
         Agent.from_config(path, llm=ScriptedLLM())
     assert info.value.key == "store.path"
     assert info.value.path == str(path)
+
+
+def test_wire_opens_the_store_only_for_callers_that_close_it(tmp_path: Path) -> None:
+    path = write(tmp_path, '[store]\npath = "originals.db"\nrecall = true\n')
+    config = load_config(path)
+    wiring = wire(config)  # the CLI's replay and the proxy: no file is opened
+    assert wiring.store is None
+    assert wiring.recall
+    assert not (tmp_path / "originals.db").exists()
+    controller = CompactionController.from_config(config)
+    try:
+        assert isinstance(controller.store, SQLiteStore)
+        assert (tmp_path / "originals.db").exists()
+        assert controller.recall_placeholder == config.store.recall_placeholder
+    finally:
+        controller.store.close()

@@ -11,7 +11,13 @@ from typing import Any
 
 import pytest
 
-from ctxcompact import CompactionContext, CompactionController, Message, check_history
+from ctxcompact import (
+    CompactionContext,
+    CompactionController,
+    ControllerState,
+    Message,
+    check_history,
+)
 from ctxcompact.exceptions import ConfigError, StoreError, UserError
 from ctxcompact.store import (
     DEFAULT_RECALL_TEMPLATE,
@@ -304,3 +310,11 @@ async def test_a_store_error_is_reported_in_its_own_words_from_prepare_and_step(
     assert step.compacted
     assert len(step.store_errors) == 2  # the compaction's, then the transforms'
     assert all("database is locked" in e for e in step.store_errors)
+
+
+async def test_a_conversation_state_can_name_its_own_namespace() -> None:
+    store = MemoryStore()
+    ctl = controller(store, store_namespace="shared")
+    await ctl.compact(history(), state=ControllerState(namespace="caller-1"))
+    assert store.get("caller-1", "c0") is not None
+    assert store.get("shared", "c0") is None

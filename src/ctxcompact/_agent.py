@@ -237,14 +237,16 @@ class Agent:
         ``[compaction.params]`` as keyword arguments and, injected by annotation, the
         summarizing LLM, the token counter (``[token_counting]``) and the config. The
         summarizing LLM is ``[compaction.llm]`` when ``[agent.llm]`` is set too, else the
-        agent's own model. Models built here are closed by :meth:`aclose`.
+        agent's own model. With a ``[store]`` table the agent keeps removed originals there
+        (``recall = true`` also offers the model the recall tool). Models and the store built
+        here are closed by :meth:`aclose`.
 
         Raises:
             ConfigError: The file is invalid, or no LLM is given or configured.
             StrategyLoadError: The strategy cannot be loaded.
         """
         config = load_config(path)
-        wiring = wire(config, llm=llm, agent=True)
+        wiring = wire(config, llm=llm, agent=True, build_store=True)
         assert wiring.agent_llm is not None  # wire(agent=True) finds one or raises
         truncation = config.tool_result_truncation
         agent = cls(

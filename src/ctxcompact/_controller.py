@@ -77,14 +77,17 @@ class ControllerState:
         (0, None)
     """
 
-    __slots__ = ("count", "failures", "last_status", "produced", "retry_at")
+    __slots__ = ("count", "failures", "last_status", "namespace", "produced", "retry_at")
 
-    def __init__(self) -> None:
+    def __init__(self, *, namespace: str | None = None) -> None:
         self.count = RunningCount()
         self.failures = 0
         self.retry_at: int | None = None  # estimate the history must reach before a retry
         self.last_status: EventStatus | None = None
         self.produced = ProducedMessages()  # placeholders and summaries: never originals
+        self.namespace = namespace
+        """Whose originals this conversation's are in an attached store (``None``: the
+        controller's ``store_namespace``); the proxy gives each caller its own."""
 
     def reset(self) -> None:
         """Close the circuit, drop the min-progress wait and forget counts and usage."""
@@ -252,6 +255,8 @@ class CompactionController:
         ``[compaction.llm]``), the token counter and the config as dependencies; transforms
         are the enabled ``[observation_masking.schema1]``, ``[tool_result_truncation]`` and
         ``[context_guard]`` tables. ``max_context_size`` given here overrides the config's.
+        With a ``[store]`` table, ``controller.store`` is the store it opened: close it
+        (``controller.store.close()``) when done.
 
         Raises:
             ConfigError: No window in the config nor in the call, or limits that do not fit
@@ -265,6 +270,7 @@ class CompactionController:
             token_counter=token_counter,
             dependencies=dependencies,
             max_context_size=max_context_size,
+            build_store=True,
         )
         return cls.from_wiring(wiring, on_event=on_event)
 
@@ -397,7 +403,9 @@ class CompactionController:
         result = list(output)
         store_error: str | None = None
         if self._store_hook is not None:  # after `duration`: recording is not the strategy's
-            result, store_error = self._store_hook.keep(history, result, st.produced)
+            result, store_error = self._store_hook.keep(
+                history, result, st.produced, namespace=st.namespace
+            )
             if same_messages(result, history):  # only recall placeholders hidden again
                 st.failures = 0
                 st.retry_at = int(estimate * (1 + self.min_progress))
@@ -503,8 +511,9 @@ class CompactionController:
             tokens = self.token_counter.count(current)
         store_error: str | None = None
         if self._store_hook is not None and current is not history:
+            st = state or self.state
             current, store_error = self._store_hook.keep(
-                history, list(current), (state or self.state).produced
+                history, list(current), st.produced, namespace=st.namespace
             )
         return PreparedRequest(list(current), tuple(skipped), store_error)
 

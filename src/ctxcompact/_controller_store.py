@@ -146,8 +146,12 @@ class StoreHook:
         before: Sequence[Message],
         after: list[Message],
         produced: ProducedMessages,
+        *,
+        namespace: str | None = None,
     ) -> tuple[list[Message], str | None]:
         """Record what ``after`` removed from ``before``; the history to use and the failure.
+
+        ``namespace`` overrides the hook's for this call (one conversation of many).
 
         The history is ``after`` itself when nothing had to change, else a new list (with
         recall placeholders, or results put back). Never raises.
@@ -186,7 +190,7 @@ class StoreHook:
                     removal.message,
                     position=removal.position,
                     kind=removal.kind,
-                    namespace=self.namespace,
+                    namespace=namespace or self.namespace,
                     tool_call_id=removal.tool_call_id,
                     tool_name=removal.tool_name,
                 )

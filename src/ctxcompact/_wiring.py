@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from ._config import Config
     from ._store_records import OriginalsStore
 
-__all__ = ["Wiring", "build_store", "build_transforms", "offered_dependencies", "wire"]
+__all__ = ["Wiring", "build_transforms", "offered_dependencies", "open_store", "wire"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +95,7 @@ def wire(
     reserved_context_size: int | None = None,
     agent: bool = False,
     store: OriginalsStore | None = None,
+    build_store: bool = False,
 ) -> Wiring:
     """Build the parts ``config`` describes; each keyword overrides its part of the config.
 
@@ -112,6 +113,9 @@ def wire(
             ``[compaction.llm]``. The summarizer is then ``[compaction.llm]`` when
             ``[agent.llm]`` is set too, else the agent's model.
         store: Use this originals store instead of building ``[store]``'s.
+        build_store: Open the store ``[store]`` describes (a file is opened, so only callers
+            that will use and close it ask: :meth:`Agent.from_config`,
+            :meth:`CompactionController.from_config`). Otherwise ``store`` is only ``store``.
 
     Raises:
         ConfigError: No window anywhere, limits that do not fit, no model for an agent, a
@@ -166,9 +170,9 @@ def wire(
         offered = offered_dependencies(config, counter, summarizer, dependencies)
         strategy = load_strategy(comp.strategy, dependencies=offered, params=comp.params)
     transforms = tuple(build_transforms(config, size))
-    owned_store = store is None and config.store.enabled
-    if store is None:
-        store = build_store(config)
+    owned_store = build_store and store is None and config.store.enabled
+    if owned_store:
+        store = open_store(config)
     return Wiring(
         config=config,
         counter=counter,
@@ -190,7 +194,7 @@ def wire(
     )
 
 
-def build_store(config: Config) -> OriginalsStore | None:
+def open_store(config: Config) -> OriginalsStore | None:
     """The store ``[store]`` describes: a :class:`SQLiteStore` at ``path`` (``~`` expanded,
     relative to the config file's folder), a :class:`MemoryStore` when only ``recall`` is on,
     else ``None``.
