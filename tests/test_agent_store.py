@@ -25,7 +25,7 @@ from ctxcompact import (
     wire,
 )
 from ctxcompact._tools import ToolResult
-from ctxcompact.exceptions import ConfigError, UserError
+from ctxcompact.exceptions import ConfigError, MaxStepsExceeded, UserError
 from ctxcompact.store import RECALL_TOOL_NAME, MemoryStore, SQLiteStore, execute_recall
 from ctxcompact.strategies import (
     ContextGuard,
@@ -35,6 +35,7 @@ from ctxcompact.strategies import (
 )
 from ctxcompact.testing import LLMRequest, ScriptedLLM
 
+from .llama_server import LlamaServer
 from .traces import load_trace
 
 NAMED_ID = re.compile(r'recall_tool_result\("([^"]+)"\)')
@@ -434,3 +435,59 @@ def test_wire_opens_the_store_only_for_callers_that_close_it(tmp_path: Path) -> 
         assert controller.recall_placeholder == config.store.recall_placeholder
     finally:
         controller.store.close()
+
+
+# -- once against the local llama.cpp server ------------------------------------------------
+
+
+@pytest.mark.llama
+async def test_a_real_server_gets_the_recall_tool_and_any_recall_returns_the_original(
+    llama_server: LlamaServer,
+) -> None:
+    """The recall tool's schema and a recall placeholder go over the real wire and the run
+    completes; whatever the tiny model does, a recall it makes is answered from the store."""
+    from ctxcompact.llm.openai import OpenAIChatLLM
+
+    llm = OpenAIChatLLM(
+        llama_server.model,
+        base_url=llama_server.base_url,
+        api_key="local",
+        max_tokens=48,
+        max_retries=0,
+    )
+    store = MemoryStore()
+    agent = Agent(
+        llm,
+        tools=[cat],
+        system_prompt="Answer briefly. Use recall_tool_result to see a hidden tool result.",
+        compaction=ToolResultHiding(preserve_recent_n=0),
+        max_context_size=llama_server.n_ctx,
+        reserved_context_size=llama_server.n_ctx - 400,  # compact before the first call
+        store=store,
+        recall=True,
+        max_steps=3,
+    )
+    # llama-cpp-python's server wants text in an assistant message that calls tools.
+    call_7 = ToolCall(id="call_7", name="cat", arguments='{"path": "notes.txt"}')
+    agent.add(Message.user("Print notes.txt"), Message.assistant("Reading.", tool_calls=[call_7]))
+    agent.add(Message.tool("call_7", cat_output("notes.txt")))
+    try:
+        await agent.run("What is the last line of notes.txt? Recall the hidden result.")
+    except MaxStepsExceeded:
+        pass  # a tiny model may keep calling tools; the bound held
+    finally:
+        await llm.aclose()
+    assert check_history(agent.history) == []
+    assert agent.history[3].text == (
+        '[tool result hidden: call recall_tool_result("call_7") to see it again]'
+    )
+    record = store.get("default", "call_7")
+    assert record is not None
+    assert record.message.text == cat_output("notes.txt")
+    calls = {c.id: c for m in agent.messages for c in m.tool_calls or ()}
+    for message in agent.messages:
+        call = calls.get(message.tool_call_id or "")
+        if call is not None and call.name == RECALL_TOOL_NAME and message.role == "tool":
+            asked = json.loads(call.arguments).get("tool_call_id")
+            if asked == "call_7" and not message.is_error:
+                assert "END OF notes.txt" in message.text or "notes.txt:" in message.text
