@@ -90,6 +90,19 @@ def test_a_recall_placeholder_without_recall_and_a_store_beside_a_controller_are
         Agent(ScriptedLLM("x"), controller=ctl, store=MemoryStore())
     with pytest.raises(UserError, match="recall=True needs an originals store"):
         Agent(ScriptedLLM("x"), controller=ctl, recall=True)
+    with_store = CompactionController(
+        ToolResultHiding(), max_context_size=10_000, reserved_context_size=100, store=MemoryStore()
+    )
+    with pytest.raises(UserError, match="recall_placeholder"):
+        Agent(
+            ScriptedLLM("x"),
+            controller=with_store,
+            recall=True,
+            recall_placeholder="[{tool_call_id}]",
+        )
+    agent = Agent(ScriptedLLM("x"), controller=with_store, recall=True)
+    assert agent.store is with_store.store
+    assert RECALL_TOOL_NAME in agent.tools
 
 
 def test_recall_offers_the_tool_and_a_tool_of_the_same_name_is_refused() -> None:

@@ -92,8 +92,9 @@ class Agent:
             (compaction events only: every status, from ``compacted`` to ``skipped``; tool
             calls and steps are visible in :attr:`transcript`).
         controller: A ready :class:`~ctxcompact.CompactionController` to use instead of
-            building one (then ``compaction``, the size arguments and ``store`` must not be
-            given: the controller's store is used).
+            building one (then ``compaction``, the size arguments, ``store`` and
+            ``recall_placeholder`` must not be given: the controller's store is used, and
+            its ``recall_placeholder`` decides what placeholders say).
         store: An originals store (:mod:`ctxcompact.store`): every message compaction, a
             transform or ``tool_result_truncation`` takes out of the model's view is kept
             there, by tool-call id. Its failures never stop the agent (logged at WARNING).
@@ -159,6 +160,7 @@ class Agent:
                 "trigger_ratio": trigger_ratio,
                 "token_counter": token_counter,
                 "store": store,
+                "recall_placeholder": recall_placeholder,
             }
             clash = [k for k, v in given.items() if v is not None] + (
                 ["transforms"] if transforms else []
