@@ -233,7 +233,9 @@ class CompactionController:
             min_progress=wiring.min_progress,
             max_failures=wiring.max_failures,
             store=wiring.store,
-            recall_placeholder=wiring.recall_placeholder if wiring.recall else None,
+            recall_placeholder=(
+                wiring.recall_placeholder if wiring.recall and wiring.store is not None else None
+            ),
         )
 
     @classmethod
