@@ -15,8 +15,10 @@ from typing import TYPE_CHECKING, Literal
 
 from ._config import load_config
 from ._controller import CompactionController
+from ._controller_store import store_cut_results
 from ._defaults import DEFAULT_MAX_CONTEXT_SIZE, DEFAULT_MAX_STEPS, DEFAULT_RESERVED_CONTEXT_SIZE
 from ._messages import Message, ToolCall
+from ._store_recall import DEFAULT_RECALL_TEMPLATE, recall_tool
 from ._tools import ERROR_PREFIX, Tool, ToolLike, ToolResult, as_tool
 from ._wiring import wire
 from .exceptions import ContextTooLongError, MaxStepsExceeded, UserError
@@ -28,6 +30,7 @@ if TYPE_CHECKING:
 
     from ._contract import LLM, CompactionStrategy, Completion, ToolSpec
     from ._events import CompactionEvent
+    from ._store_records import OriginalsStore
     from ._tokens import TokenCounter
     from .strategies._truncation import ToolResultTruncation
 
@@ -89,7 +92,18 @@ class Agent:
             (compaction events only: every status, from ``compacted`` to ``skipped``; tool
             calls and steps are visible in :attr:`transcript`).
         controller: A ready :class:`~ctxcompact.CompactionController` to use instead of
-            building one (then ``compaction`` and the size arguments must not be given).
+            building one (then ``compaction``, the size arguments, ``store`` and
+            ``recall_placeholder`` must not be given: the controller's store is used, and
+            its ``recall_placeholder`` decides what placeholders say).
+        store: An originals store (:mod:`ctxcompact.store`): every message compaction, a
+            transform or ``tool_result_truncation`` takes out of the model's view is kept
+            there, by tool-call id. Its failures never stop the agent (logged at WARNING).
+        recall: Offer the model ``recall_tool_result`` (:func:`ctxcompact.store.recall_tool`)
+            to see a removed result again; needs a store. Hidden and masked results then
+            show ``recall_placeholder``, naming the tool and the result's id.
+        recall_placeholder: The template of those placeholders (``{tool_call_id}``,
+            ``{tool_name}``); default
+            :data:`~ctxcompact.store.DEFAULT_RECALL_TEMPLATE`. Only with ``recall=True``.
 
     Example:
         >>> from ctxcompact.testing import ScriptedLLM
@@ -116,9 +130,14 @@ class Agent:
         tool_result_truncation: ToolResultTruncation | None = None,
         on_event: Callable[[CompactionEvent], object] | None = None,
         controller: CompactionController | None = None,
+        store: OriginalsStore | None = None,
+        recall: bool = False,
+        recall_placeholder: str | None = None,
     ) -> None:
         if max_steps < 1:
             raise UserError(f"max_steps must be at least 1, got {max_steps}")
+        if recall_placeholder is not None and not recall:
+            raise UserError("recall_placeholder= is the recall text: pass recall=True too")
         self.llm = llm
         self.tools: dict[str, Tool] = {}
         for item in tools:
@@ -140,6 +159,8 @@ class Agent:
                 "reserved_context_size": reserved_context_size,
                 "trigger_ratio": trigger_ratio,
                 "token_counter": token_counter,
+                "store": store,
+                "recall_placeholder": recall_placeholder,
             }
             clash = [k for k, v in given.items() if v is not None] + (
                 ["transforms"] if transforms else []
@@ -167,7 +188,29 @@ class Agent:
                 token_counter=token_counter,
                 llm=llm,
                 transforms=tuple(transforms),
+                store=store,
+                recall_placeholder=(recall_placeholder or DEFAULT_RECALL_TEMPLATE)
+                if recall and store is not None
+                else None,
             )
+        self.store = self.controller.store
+        """Where removed originals are kept (the controller's), or ``None``."""
+        self._owned_store = False  # a store built by from_config, closed by aclose()
+        if recall:
+            if self.store is None:
+                raise UserError(
+                    "recall=True needs an originals store: pass store=MemoryStore() or "
+                    "SQLiteStore(path) (from ctxcompact.store), or set [store] path in the "
+                    "config; the recall tool reads removed results from it"
+                )
+            recall_spec = recall_tool(self.store, namespace=self.controller.store_namespace)
+            if recall_spec.name in self.tools:
+                raise UserError(
+                    f"a tool is already named {recall_spec.name!r}; with recall=True the agent "
+                    "adds its own: rename yours or drop recall=True"
+                )
+            self.tools[recall_spec.name] = recall_spec
+        self.recall = recall
         self.history: list[Message] = []
         """The stored history, compacted: each request is this through the transforms."""
         self.transcript: list[TranscriptEntry] = []
@@ -196,14 +239,16 @@ class Agent:
         ``[compaction.params]`` as keyword arguments and, injected by annotation, the
         summarizing LLM, the token counter (``[token_counting]``) and the config. The
         summarizing LLM is ``[compaction.llm]`` when ``[agent.llm]`` is set too, else the
-        agent's own model. Models built here are closed by :meth:`aclose`.
+        agent's own model. With a ``[store]`` table the agent keeps removed originals there
+        (``recall = true`` also offers the model the recall tool). Models and the store built
+        here are closed by :meth:`aclose`.
 
         Raises:
             ConfigError: The file is invalid, or no LLM is given or configured.
             StrategyLoadError: The strategy cannot be loaded.
         """
         config = load_config(path)
-        wiring = wire(config, llm=llm, agent=True)
+        wiring = wire(config, llm=llm, agent=True, build_store=True)
         assert wiring.agent_llm is not None  # wire(agent=True) finds one or raises
         truncation = config.tool_result_truncation
         agent = cls(
@@ -214,8 +259,10 @@ class Agent:
             tool_result_truncation=truncation.build() if truncation.enabled else None,
             on_event=on_event,
             controller=CompactionController.from_wiring(wiring),
+            recall=wiring.recall,
         )
         agent._owned = list(wiring.owned)
+        agent._owned_store = wiring.owned_store
         return agent
 
     # -- events -------------------------------------------------------------------------------
@@ -229,12 +276,18 @@ class Agent:
             self.on_event(event)
 
     async def aclose(self) -> None:
-        """Close the models this agent built from a config file (not the ones passed in)."""
+        """Close the models and the store this agent built from a config file (not the ones
+        passed in)."""
         owned, self._owned = self._owned, []
         for llm in owned:
             close = getattr(llm, "aclose", None)
             if close is not None:
                 await close()
+        if self._owned_store:
+            self._owned_store = False
+            close_store = getattr(self.store, "close", None)
+            if close_store is not None:
+                close_store()
 
     async def __aenter__(self) -> Agent:
         return self
@@ -379,8 +432,14 @@ class Agent:
         truncation = self.tool_result_truncation
         if truncation is None:
             self.history.extend(results)
-        else:
-            self.history.extend(truncation.truncate_message(m) for m in results)
+            return
+        start = len(self.history)
+        cut = [truncation.truncate_message(m) for m in results]
+        self.history.extend(cut)
+        if self.store is not None:
+            # The cut copies are not originals: the store keeps the whole ones instead.
+            self.controller.state.produced.add(results, cut)
+            store_cut_results(self.store, self.controller.store_namespace, start, results, cut)
 
 
 def _error_result(call: ToolCall, text: str) -> Message:

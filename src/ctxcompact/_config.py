@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError,
 from pydantic import field_validator as _field_validator
 
 from ._config_errors import config_error, field_error
+from ._config_store import StoreConfig
 from ._config_tables import TransformTable, transform_table
 from ._defaults import (
     DEFAULT_MAX_FAILURES,
@@ -46,6 +47,7 @@ __all__ = [
     "ObservationMaskingConfig",
     "ProxyConfig",
     "Schema1Config",
+    "StoreConfig",
     "TokenCountingConfig",
     "TruncationConfig",
     "load_config",
@@ -270,6 +272,7 @@ class Config(_Table):
     token_counting: TokenCountingConfig = Field(default_factory=TokenCountingConfig)
     agent: AgentConfig = Field(default_factory=AgentConfig)
     proxy: ProxyConfig = Field(default_factory=ProxyConfig)
+    store: StoreConfig = Field(default_factory=StoreConfig)
 
     @model_validator(mode="after")
     def _transforms_build(self) -> Config:

@@ -70,6 +70,9 @@ def _unknown_key(loc: tuple[str, ...], root: type[BaseModel]) -> str:
         )
     if model is None:
         return "unknown key"
+    home = _table_of(root, name, ()) if len(loc) == 1 else None
+    if home:  # a table's key written above every table: "strategy" is not a typo of "store"
+        return f"unknown key here; {name!r} belongs in [{home}]"
     close = difflib.get_close_matches(name, list(model.model_fields), n=1)
     if close:
         return f"unknown key; did you mean {close[0]!r}?"

@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from ._contract import CompactionContext, CompactionStrategy
+from ._controller_store import ProducedMessages, StoreHook
 from ._defaults import (
     DEFAULT_MAX_FAILURES,
     DEFAULT_MIN_PROGRESS,
@@ -34,9 +35,10 @@ from ._events import (
     strategy_name,
 )
 from ._running_count import RunningCount
+from ._store_records import DEFAULT_NAMESPACE
 from ._tokens import HeuristicTokenCounter, TokenCounter
 from ._wiring import Wiring, wire
-from .exceptions import ConfigError, CtxCompactError
+from .exceptions import ConfigError, CtxCompactError, UserError
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -44,6 +46,7 @@ if TYPE_CHECKING:
     from ._config import Config
     from ._contract import LLM, Usage
     from ._messages import Message
+    from ._store_records import OriginalsStore
 
 __all__ = [
     "CompactionController",
@@ -74,13 +77,17 @@ class ControllerState:
         (0, None)
     """
 
-    __slots__ = ("count", "failures", "last_status", "retry_at")
+    __slots__ = ("count", "failures", "last_status", "namespace", "produced", "retry_at")
 
-    def __init__(self) -> None:
+    def __init__(self, *, namespace: str | None = None) -> None:
         self.count = RunningCount()
         self.failures = 0
         self.retry_at: int | None = None  # estimate the history must reach before a retry
         self.last_status: EventStatus | None = None
+        self.produced = ProducedMessages()  # placeholders and summaries: never originals
+        self.namespace = namespace
+        """Whose originals this conversation's are in an attached store (``None``: the
+        controller's ``store_namespace``); the proxy gives each caller its own."""
 
     def reset(self) -> None:
         """Close the circuit, drop the min-progress wait and forget counts and usage."""
@@ -119,6 +126,15 @@ class CompactionController:
         on_event: Called with every event (exceptions it raises are logged, not raised).
         min_progress: Minimum fraction of tokens a run must save to be retried at once.
         max_failures: Consecutive failures that open the circuit.
+        store: An originals store (:mod:`ctxcompact.store`): every message a compaction or
+            a transform removes from what the model sees is recorded there, by tool-call id.
+            A store failure never blocks a rewrite: it is logged at WARNING and reported in
+            ``CompactionResult.store_error`` / ``PreparedRequest.store_error``.
+        store_namespace: Whose originals these are in the store.
+        recall_placeholder: With a store, a template (``{tool_call_id}``, ``{tool_name}``)
+            that every hidden or masked tool result shows instead of the strategy's own
+            placeholder, so the model knows how to recall it (``None``: the strategies'
+            placeholders stay). See :mod:`ctxcompact._controller_store` for the rules.
 
     Example:
         >>> from ctxcompact import Message
@@ -148,6 +164,9 @@ class CompactionController:
         on_event: EventCallback | None = None,
         min_progress: float = DEFAULT_MIN_PROGRESS,
         max_failures: int = DEFAULT_MAX_FAILURES,
+        store: OriginalsStore | None = None,
+        store_namespace: str = DEFAULT_NAMESPACE,
+        recall_placeholder: str | None = None,
     ) -> None:
         if max_context_size <= 0:
             raise ConfigError(f"must be > 0, got {max_context_size}", key="max_context_size")
@@ -182,6 +201,19 @@ class CompactionController:
         self.max_failures = max_failures
         self.state = ControllerState()
         """The conversation state used when a call passes none."""
+        if recall_placeholder is not None and store is None:
+            raise UserError(
+                "recall_placeholder= needs store=: placeholders may only promise a recall "
+                "when the originals are kept somewhere"
+            )
+        self.store = store
+        self.store_namespace = store_namespace
+        self._store_hook = (
+            None
+            if store is None
+            else StoreHook(store, namespace=store_namespace, recall_template=recall_placeholder)
+        )
+        self.recall_placeholder = recall_placeholder
 
     @classmethod
     def from_wiring(
@@ -200,6 +232,10 @@ class CompactionController:
             on_event=on_event,
             min_progress=wiring.min_progress,
             max_failures=wiring.max_failures,
+            store=wiring.store,
+            recall_placeholder=(
+                wiring.recall_placeholder if wiring.recall and wiring.store is not None else None
+            ),
         )
 
     @classmethod
@@ -221,6 +257,8 @@ class CompactionController:
         ``[compaction.llm]``), the token counter and the config as dependencies; transforms
         are the enabled ``[observation_masking.schema1]``, ``[tool_result_truncation]`` and
         ``[context_guard]`` tables. ``max_context_size`` given here overrides the config's.
+        With a ``[store]`` table, ``controller.store`` is the store it opened: close it
+        (``controller.store.close()``) when done.
 
         Raises:
             ConfigError: No window in the config nor in the call, or limits that do not fit
@@ -234,6 +272,7 @@ class CompactionController:
             token_counter=token_counter,
             dependencies=dependencies,
             max_context_size=max_context_size,
+            build_store=True,
         )
         return cls.from_wiring(wiring, on_event=on_event)
 
@@ -364,6 +403,17 @@ class CompactionController:
             return unchanged("rejected", reason + self._circuit_note(st), duration)
 
         result = list(output)
+        store_error: str | None = None
+        if self._store_hook is not None:  # after `duration`: recording is not the strategy's
+            result, store_error = self._store_hook.keep(
+                history, result, st.produced, namespace=st.namespace
+            )
+            if same_messages(result, history):  # only recall placeholders hidden again
+                st.failures = 0
+                st.retry_at = int(estimate * (1 + self.min_progress))
+                noop = unchanged("noop", None, duration)
+                return CompactionResult(history, noop.event, store_error)
+            st.produced.add(history, result)
         st.failures = 0
         st.count.reset()  # the new history is estimated, the old usage no longer applies
         after = self.token_count(result, state=st)
@@ -375,7 +425,7 @@ class CompactionController:
             name, trigger, "compacted", tokens, after, n, len(result), duration, None, rewritten
         )
         self._emit(event, st)
-        return CompactionResult(result, event)
+        return CompactionResult(result, event, store_error)
 
     async def maybe_compact(
         self,
@@ -461,7 +511,13 @@ class CompactionController:
                 continue
             current = list(output)
             tokens = self.token_counter.count(current)
-        return PreparedRequest(list(current), tuple(skipped))
+        store_error: str | None = None
+        if self._store_hook is not None and current is not history:
+            st = state or self.state
+            current, store_error = self._store_hook.keep(
+                history, list(current), st.produced, namespace=st.namespace
+            )
+        return PreparedRequest(list(current), tuple(skipped), store_error)
 
     async def prepare_request(
         self, history: Sequence[Message], *, max_output_tokens: int | None = None
@@ -490,7 +546,8 @@ class CompactionController:
         prepared = await self.prepare(
             result.history, max_output_tokens=max_output_tokens, state=state
         )
-        return Step(result.history, prepared.messages, result.event, prepared.skipped)
+        store_errors = tuple(e for e in (result.store_error, prepared.store_error) if e)
+        return Step(result.history, prepared.messages, result.event, prepared.skipped, store_errors)
 
 
 def describe_error(exc: BaseException) -> str:

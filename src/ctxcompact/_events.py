@@ -122,6 +122,8 @@ class CompactionResult:
         history: The history to keep: the input object itself when nothing changed, else a
             new list.
         event: The event, or ``None`` when the trigger did not fire.
+        store_error: Why the removed originals could not be stored, when an attached store
+            failed (the compaction stands; no message content in it).
 
     Example:
         >>> CompactionResult([]).changed
@@ -130,6 +132,7 @@ class CompactionResult:
 
     history: Sequence[Message]
     event: CompactionEvent | None = None
+    store_error: str | None = None
 
     @property
     def changed(self) -> bool:
@@ -145,6 +148,8 @@ class PreparedRequest:
         messages: What to send (the stored history is not touched).
         skipped: One line per transform that raised or broke tool-call pairing and was left
             out of this request (the others still applied). No message content in them.
+        store_error: Why what the transforms removed could not be stored, when an attached
+            store failed (the request is sent anyway; no message content in it).
 
     Example:
         >>> PreparedRequest([]).skipped
@@ -153,6 +158,7 @@ class PreparedRequest:
 
     messages: list[Message]
     skipped: tuple[str, ...] = ()
+    store_error: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,6 +172,8 @@ class Step:
         request: The messages to send.
         event: The compaction event, when the trigger fired.
         skipped: Transforms left out of this request (see :class:`PreparedRequest`).
+        store_errors: Failures of an attached originals store, from the compaction and from
+            the transforms (each stands; no message content in them).
 
     Example:
         >>> Step([], []).compacted
@@ -176,6 +184,7 @@ class Step:
     request: list[Message]
     event: CompactionEvent | None = None
     skipped: tuple[str, ...] = ()
+    store_errors: tuple[str, ...] = ()
 
     @property
     def compacted(self) -> bool:

@@ -14,8 +14,11 @@ from typing import TYPE_CHECKING, Any
 
 from ._contract import LLM, CompactionStrategy, Dependencies
 from ._loader import load_strategy
+from ._store_memory import MemoryStore
+from ._store_recall import DEFAULT_RECALL_TEMPLATE
+from ._store_sqlite import SQLiteStore
 from ._tokens import TokenCounter, counter_from_config
-from .exceptions import ConfigError
+from .exceptions import ConfigError, StoreError
 from .llm import build_llm
 from .strategies._guard import ContextGuard
 from .strategies._schema1 import Schema1Masking
@@ -25,8 +28,9 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
 
     from ._config import Config
+    from ._store_records import OriginalsStore
 
-__all__ = ["Wiring", "build_transforms", "offered_dependencies", "wire"]
+__all__ = ["Wiring", "build_transforms", "offered_dependencies", "open_store", "wire"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +51,11 @@ class Wiring:
         min_progress: ``[compaction] min_progress``.
         max_failures: ``[compaction] max_failures``.
         owned: Models built here (not passed in): their owner closes them.
+        store: The originals store (``[store]``, or the one passed in), or ``None``.
+        recall: ``[store] recall``: offer the model the recall tool, and make placeholders
+            name it.
+        recall_placeholder: ``[store] recall_placeholder``, the recall placeholder template.
+        owned_store: Whether ``store`` was built here (then its owner closes it).
 
     Example:
         >>> from ctxcompact import Config
@@ -69,6 +78,10 @@ class Wiring:
     min_progress: float
     max_failures: int
     owned: tuple[LLM, ...] = ()
+    store: OriginalsStore | None = None
+    recall: bool = False
+    recall_placeholder: str = DEFAULT_RECALL_TEMPLATE
+    owned_store: bool = False
 
 
 def wire(
@@ -81,6 +94,8 @@ def wire(
     max_context_size: int | None = None,
     reserved_context_size: int | None = None,
     agent: bool = False,
+    store: OriginalsStore | None = None,
+    build_store: bool = False,
 ) -> Wiring:
     """Build the parts ``config`` describes; each keyword overrides its part of the config.
 
@@ -97,10 +112,14 @@ def wire(
         agent: Also pick the agent's model: ``llm``, else ``[agent.llm]``, else
             ``[compaction.llm]``. The summarizer is then ``[compaction.llm]`` when
             ``[agent.llm]`` is set too, else the agent's model.
+        store: Use this originals store instead of building ``[store]``'s.
+        build_store: Open the store ``[store]`` describes (a file is opened, so only callers
+            that will use and close it ask: :meth:`Agent.from_config`,
+            :meth:`CompactionController.from_config`). Otherwise ``store`` is only ``store``.
 
     Raises:
-        ConfigError: No window anywhere, limits that do not fit, no model for an agent (the
-            error names the file and the key).
+        ConfigError: No window anywhere, limits that do not fit, no model for an agent, a
+            store file that cannot be opened (the error names the file and the key).
         StrategyLoadError: The strategy cannot be loaded.
         MissingDependencyError: A configured provider's SDK is not installed.
     """
@@ -150,13 +169,17 @@ def wire(
     if strategy is None:
         offered = offered_dependencies(config, counter, summarizer, dependencies)
         strategy = load_strategy(comp.strategy, dependencies=offered, params=comp.params)
+    transforms = tuple(build_transforms(config, size))
+    owned_store = build_store and store is None and config.store.enabled
+    if owned_store:
+        store = open_store(config)
     return Wiring(
         config=config,
         counter=counter,
         llm=summarizer,
         agent_llm=agent_llm,
         strategy=strategy,
-        transforms=tuple(build_transforms(config, size)),
+        transforms=transforms,
         max_context_size=size,
         reserved_context_size=comp.reserved_context_size,
         trigger_ratio=comp.trigger_ratio,
@@ -164,7 +187,32 @@ def wire(
         min_progress=comp.min_progress,
         max_failures=comp.max_failures,
         owned=tuple(owned),
+        store=store,
+        recall=config.store.recall,
+        recall_placeholder=config.store.recall_placeholder,
+        owned_store=owned_store,
     )
+
+
+def open_store(config: Config) -> OriginalsStore | None:
+    """The store ``[store]`` describes: a :class:`SQLiteStore` at ``path`` (``~`` expanded,
+    relative to the config file's folder), a :class:`MemoryStore` when only ``recall`` is on,
+    else ``None``.
+
+    Raises:
+        ConfigError: The file cannot be opened or was written by a newer ctxcompact (named as
+            ``store.path`` with the config file).
+    """
+    table = config.store
+    path = table.resolved_path(config.path)
+    if path is None:
+        return MemoryStore(max_bytes=table.max_bytes) if table.recall else None
+    try:
+        return SQLiteStore(path, max_bytes=table.max_bytes)
+    except StoreError as exc:
+        raise ConfigError(
+            str(exc), path=str(config.path) if config.path else None, key="store.path"
+        ) from exc
 
 
 def offered_dependencies(

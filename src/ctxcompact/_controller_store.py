@@ -1,0 +1,271 @@
+"""The controller's store hook: what a rewrite removed goes to an originals store.
+
+With a store attached, :class:`~ctxcompact.CompactionController` hands every rewrite (a
+compaction's result, a request after the transforms) to :meth:`StoreHook.keep`, which records
+each original :func:`~ctxcompact.store.removed_originals` finds. With recall on (a recall
+placeholder template), it also makes every tool result the rewrite *hid or masked* show that
+template, naming ``recall_tool_result`` and the result's id, whatever strategy wrote the
+original placeholder: built-in or third-party, nothing in the strategy has to know. Three
+exceptions keep the rewrite honest:
+
+* a replacement that already names ``recall_tool_result`` is the strategy's own recall text
+  and is kept as it is;
+* a result shorter than its recall placeholder is put back whole (hiding never makes a result
+  bigger, and nothing is then removed);
+* a message a rewrite produced (a placeholder, a summary, a result the agent cut on arrival)
+  is never recorded as an original, so a later rewrite that drops or masks it cannot shadow
+  the real original; a recall placeholder that a strategy hid again is put back, so the
+  placeholder text stays stable call after call.
+
+A store failure never blocks the rewrite: it is returned as text without message content (the
+controller logs it and reports it in the result), and placeholders then keep the strategy's
+own text, since nothing could be recalled.
+"""
+
+from __future__ import annotations
+
+import logging
+import weakref
+from typing import TYPE_CHECKING
+
+from ._store_recall import RECALL_TOOL_NAME, recall_placeholder
+from ._store_records import StoredOriginal
+from ._store_removed import removed_originals
+from .exceptions import ConfigError, CtxCompactError
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from ._messages import Message
+    from ._store_records import OriginalsStore
+    from ._store_removed import Removal
+
+__all__ = ["ProducedMessages", "StoreHook", "check_recall_template", "store_cut_results"]
+
+logger = logging.getLogger("ctxcompact.controller")
+
+_PLACEHOLDER_KINDS = frozenset({"hidden", "masked"})
+
+
+def check_recall_template(template: str) -> str:
+    """``template`` when it is a valid recall placeholder template.
+
+    Raises:
+        ConfigError: It does not name ``{tool_call_id}`` or uses another field than it and
+            ``{tool_name}`` (``key`` is ``recall_placeholder``).
+    """
+    if not isinstance(template, str) or not template:
+        raise ConfigError(f"must be a non-empty string, got {template!r}", key="recall_placeholder")
+    try:
+        recall_placeholder("x", template=template)
+    except ConfigError as exc:
+        raise ConfigError(exc.message, key="recall_placeholder") from None
+    return template
+
+
+class ProducedMessages:
+    """The messages a conversation's compactions produced (placeholders, summaries), by
+    identity and without keeping them alive: they are not originals.
+
+    Example:
+        >>> from ctxcompact import Message
+        >>> produced, kept, new = ProducedMessages(), Message.user("a"), Message.user("b")
+        >>> produced.add([kept], [kept, new])
+        >>> (kept in produced, new in produced)
+        (False, True)
+    """
+
+    __slots__ = ("__weakref__", "_refs")
+
+    def __init__(self) -> None:
+        self._refs: dict[int, weakref.ref[Message]] = {}
+
+    def __len__(self) -> int:
+        return len(self._refs)
+
+    def __contains__(self, message: object) -> bool:
+        ref = self._refs.get(id(message))
+        return ref is not None and ref() is message
+
+    def add(self, before: Sequence[Message], after: Sequence[Message]) -> None:
+        """Remember the messages of ``after`` that are not objects of ``before``."""
+        old = {id(m) for m in before}
+        refs = self._refs
+        owner = weakref.ref(self)
+        for message in after:
+            key = id(message)
+            if key in old:
+                continue
+
+            def forget(_: object, key: int = key) -> None:
+                live = owner()
+                if live is not None:
+                    live._refs.pop(key, None)
+
+            refs[key] = weakref.ref(message, forget)
+
+
+class StoreHook:
+    """Records what a rewrite removed and, with recall on, writes the recall placeholders.
+
+    Args:
+        store: Where the originals go.
+        namespace: Whose they are.
+        recall_template: The recall placeholder template (``{tool_call_id}``,
+            ``{tool_name}``), or ``None`` to leave the strategies' placeholders alone.
+    """
+
+    __slots__ = ("namespace", "recall_template", "store")
+
+    def __init__(
+        self, store: OriginalsStore, *, namespace: str, recall_template: str | None
+    ) -> None:
+        self.store = store
+        self.namespace = namespace
+        self.recall_template = (
+            None if recall_template is None else check_recall_template(recall_template)
+        )
+
+    def _render(self, removal: Removal) -> str:
+        assert self.recall_template is not None
+        return self.recall_template.format(
+            tool_call_id=removal.tool_call_id, tool_name=removal.tool_name or "unknown"
+        )
+
+    def _is_recall_text(self, removal: Removal) -> bool:
+        """Whether the removed message is itself a recall placeholder (a rewrite's output)."""
+        message = removal.message
+        return (
+            self.recall_template is not None
+            and message.role == "tool"
+            and message.text == self._render(removal)
+        )
+
+    def keep(
+        self,
+        before: Sequence[Message],
+        after: list[Message],
+        produced: ProducedMessages,
+        *,
+        namespace: str | None = None,
+    ) -> tuple[list[Message], str | None]:
+        """Record what ``after`` removed from ``before``; the history to use and the failure.
+
+        ``namespace`` overrides the hook's for this call (one conversation of many).
+
+        The history is ``after`` itself when nothing had to change, else a new list (with
+        recall placeholders, or results put back). Never raises.
+        """
+        try:
+            removals = removed_originals(before, after)
+        except Exception as exc:  # a bug here must not cost the compaction
+            logger.debug("removed_originals raised", exc_info=True)
+            return after, self._failed(exc)
+        if not removals:
+            return after, None
+        recall = self.recall_template is not None
+        positions = {id(m): j for j, m in enumerate(after)} if recall else {}
+        restored: dict[int, Message] = {}  # index in after -> message put back
+        rendered: dict[int, Message] = {}  # index in after -> recall placeholder
+        records: list[StoredOriginal] = []
+        for removal in removals:
+            replacement = removal.replacement
+            j = positions.get(id(replacement)) if replacement is not None else None
+            if self._is_recall_text(removal):
+                if j is not None:
+                    restored[j] = removal.message  # a recall placeholder hidden again
+                continue
+            if j is not None and self._wants_recall_text(removal):
+                text = self._render(removal)
+                content = removal.message.content
+                if isinstance(content, str) and len(text) >= len(content):
+                    restored[j] = removal.message  # would grow: keep it whole, nothing removed
+                    continue
+                assert replacement is not None
+                rendered[j] = replacement.replace(content=text)
+            if removal.message in produced:
+                continue  # not an original: its original was kept when it was produced
+            records.append(
+                StoredOriginal.from_message(
+                    removal.message,
+                    position=removal.position,
+                    kind=removal.kind,
+                    namespace=namespace or self.namespace,
+                    tool_call_id=removal.tool_call_id,
+                    tool_name=removal.tool_name,
+                )
+            )
+        error: str | None = None
+        if records:
+            try:
+                self.store.put(*records)
+            except Exception as exc:
+                logger.debug("store %s raised", type(self.store).__name__, exc_info=True)
+                error = self._failed(exc, len(records))
+                rendered = {}  # nothing to recall: the strategy's placeholders stay
+        changes = {**rendered, **restored}
+        if not changes:
+            return after, error
+        out = list(after)
+        for j, message in changes.items():
+            out[j] = message
+        return out, error
+
+    @staticmethod
+    def _wants_recall_text(removal: Removal) -> bool:
+        replacement = removal.replacement
+        return (
+            replacement is not None
+            and removal.message.role == "tool"
+            and removal.kind in _PLACEHOLDER_KINDS
+            and RECALL_TOOL_NAME not in replacement.text
+        )
+
+    def _failed(self, exc: BaseException, records: int = 0) -> str:
+        """The failure in words without content; logged once at WARNING."""
+        name = type(self.store).__name__
+        what = f"{records} removed original(s)" if records else "the removed originals"
+        if isinstance(exc, CtxCompactError):  # StoreError: text a store wrote about itself
+            reason = f"{type(exc).__name__}: {' '.join(str(exc).split())[:200]}"
+        else:
+            # Any other message may quote what the store was given: name the type only.
+            reason = f"{type(exc).__name__} (message withheld; enable DEBUG logging to see it)"
+        text = f"{name} could not keep {what}: {reason}"
+        logger.warning("originals store failed, the rewrite stands: %s", text)
+        return text
+
+
+def store_cut_results(
+    store: OriginalsStore,
+    namespace: str,
+    start: int,
+    results: Sequence[Message],
+    cut: Sequence[Message],
+) -> bool:
+    """Keep the originals of tool results cut on arrival (the agent's
+    ``tool_result_truncation``, which the controller never sees); whether it worked.
+
+    ``results[k]`` was added to the history at ``start + k`` as ``cut[k]``. A store failure is
+    logged at WARNING without content, never raised.
+    """
+    records = [
+        StoredOriginal.from_message(
+            whole, position=start + k, kind="truncated", namespace=namespace
+        )
+        for k, (whole, short) in enumerate(zip(results, cut, strict=True))
+        if short is not whole
+    ]
+    if not records:
+        return True
+    try:
+        store.put(*records)
+    except Exception as exc:  # the store never stops the agent
+        logger.debug("store %s raised", type(store).__name__, exc_info=True)
+        logger.warning(
+            "originals store %s could not keep %d truncated result(s) (%s); the run goes on",
+            type(store).__name__,
+            len(records),
+            type(exc).__name__,
+        )
+        return False
+    return True
