@@ -74,13 +74,14 @@ class ControllerState:
         (0, None)
     """
 
-    __slots__ = ("count", "failures", "last_status", "retry_at")
+    __slots__ = ("count", "failures", "last_call", "last_status", "retry_at")
 
     def __init__(self) -> None:
         self.count = RunningCount()
         self.failures = 0
         self.retry_at: int | None = None  # estimate the history must reach before a retry
         self.last_status: EventStatus | None = None
+        self.last_call: float | None = None  # the controller's clock at the last model call
 
     def reset(self) -> None:
         """Close the circuit, drop the min-progress wait and forget counts and usage."""
@@ -119,6 +120,13 @@ class CompactionController:
         on_event: Called with every event (exceptions it raises are logged, not raised).
         min_progress: Minimum fraction of tokens a run must save to be retried at once.
         max_failures: Consecutive failures that open the circuit.
+        cache_ttl: Seconds after which the provider's prompt cache is cold: when more than
+            this has passed since the last model call (:meth:`step` or
+            :meth:`observe_usage`), the next :meth:`compact` runs the strategy even below
+            the trigger (trigger ``cold``), since rewriting the prefix then breaks no cache.
+            The result is kept only if it saves at least ``min_progress`` of the tokens;
+            otherwise it is a ``noop`` (not a failure). ``None``: off.
+        clock: The time source for ``cache_ttl`` (seconds; a replay passes the recording's).
 
     Example:
         >>> from ctxcompact import Message
@@ -148,6 +156,8 @@ class CompactionController:
         on_event: EventCallback | None = None,
         min_progress: float = DEFAULT_MIN_PROGRESS,
         max_failures: int = DEFAULT_MAX_FAILURES,
+        cache_ttl: float | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if max_context_size <= 0:
             raise ConfigError(f"must be > 0, got {max_context_size}", key="max_context_size")
@@ -169,6 +179,8 @@ class CompactionController:
             raise ConfigError(f"must be in [0, 1), got {min_progress}", key="min_progress")
         if max_failures < 1:
             raise ConfigError(f"must be >= 1, got {max_failures}", key="max_failures")
+        if cache_ttl is not None and not cache_ttl > 0:
+            raise ConfigError(f"must be > 0 seconds, got {cache_ttl}", key="cache_ttl")
         self.strategy = strategy
         self.max_context_size = max_context_size
         self.reserved_context_size = reserved_context_size
@@ -180,6 +192,8 @@ class CompactionController:
         self.on_event = on_event
         self.min_progress = min_progress
         self.max_failures = max_failures
+        self.cache_ttl = cache_ttl
+        self.clock = clock
         self.state = ControllerState()
         """The conversation state used when a call passes none."""
 
@@ -200,6 +214,7 @@ class CompactionController:
             on_event=on_event,
             min_progress=wiring.min_progress,
             max_failures=wiring.max_failures,
+            cache_ttl=wiring.config.compaction.cache_ttl,
         )
 
     @classmethod
@@ -266,8 +281,10 @@ class CompactionController:
         """Record the provider's count for ``history`` (the stored history the call covered,
         its assistant reply appended). ``None`` (``Completion.usage`` when the provider sent
         none) and a usage with no tokens are ignored."""
+        st = state or self.state
+        st.last_call = self.clock()
         if usage is not None and usage.total_tokens > 0:
-            (state or self.state).count.observe(usage.total_tokens, history, self.token_counter)
+            st.count.observe(usage.total_tokens, history, self.token_counter)
 
     def _trigger(self, tokens: int, messages: int, reserved: int) -> Trigger | None:
         if tokens + reserved >= self.max_context_size:
@@ -310,6 +327,9 @@ class CompactionController:
         trigger: Trigger | None = (
             "forced" if force else self._trigger(tokens, len(history), reserved)
         )
+        if trigger is None and self._cold(st):
+            trigger = "cold"
+            st.last_call = None  # one cold run per idle period, whatever it does
         if trigger is None:
             return CompactionResult(history)
         n = len(history)
@@ -329,7 +349,7 @@ class CompactionController:
                 f"circuit open after {st.failures} consecutive failures; "
                 "only a forced compaction runs (or reset())",
             )
-        if not force and st.retry_at is not None and estimate < st.retry_at:
+        if trigger != "cold" and not force and st.retry_at is not None and estimate < st.retry_at:
             return unchanged(
                 "skipped",
                 f"the last run saved less than {self.min_progress:.0%}; waiting "
@@ -356,12 +376,19 @@ class CompactionController:
 
         if output is None or same_messages(output, history):
             st.failures = 0
-            st.retry_at = int(estimate * (1 + self.min_progress))
+            if trigger != "cold":
+                st.retry_at = int(estimate * (1 + self.min_progress))
             return unchanged("noop", None, duration)
         reason = rejection(history, output)
         if reason is not None:
             st.failures += 1
             return unchanged("rejected", reason + self._circuit_note(st), duration)
+        if trigger == "cold" and estimate:
+            freed = 1 - self.token_counter.count(output) / estimate
+            if freed < self.min_progress:
+                st.failures = 0
+                note = f"cold cache: would save {freed:.0%}, below min_progress"
+                return unchanged("noop", note, duration)
 
         result = list(output)
         st.failures = 0
@@ -387,6 +414,11 @@ class CompactionController:
         """:meth:`compact` for loops that only need the history (the event goes to
         ``on_event`` and the log). Returns the input object itself when nothing changed."""
         return (await self.compact(history, force=force, state=state)).history
+
+    def _cold(self, state: ControllerState) -> bool:
+        """Whether the cache has gone cold since the last model call (``cache_ttl``)."""
+        ttl, last = self.cache_ttl, state.last_call
+        return ttl is not None and last is not None and self.clock() - last > ttl
 
     def _circuit_note(self, state: ControllerState) -> str:
         if state.failures >= self.max_failures:
@@ -490,6 +522,7 @@ class CompactionController:
         prepared = await self.prepare(
             result.history, max_output_tokens=max_output_tokens, state=state
         )
+        (state or self.state).last_call = self.clock()  # the call this step prepares
         return Step(result.history, prepared.messages, result.event, prepared.skipped)
 
 
