@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from ctxcompact import (
     CompactionController,
@@ -74,11 +75,11 @@ def at_threshold(*steps: Callable[[], object]) -> Build:
     return build
 
 
-def mask(placeholder: str = "[masked]", **kw: int) -> Callable[[], object]:
+def mask(placeholder: str = "[masked]", **kw: Any) -> Callable[[], object]:
     return lambda: Schema1Masking(window_turns=KEEP, placeholder_template=placeholder, **kw)
 
 
-def clear(**kw: int) -> Callable[[], object]:
+def clear(**kw: Any) -> Callable[[], object]:
     return lambda: ToolInputClearing(keep_recent=KEEP, **kw)
 
 
