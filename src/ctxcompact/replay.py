@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Literal
 from ._controller import ControllerState
 from ._conversations import read_conversation
 from ._messages import Message
-from ._pricing import Pricing, message_time
+from ._pricing import CacheMeter, CallCost, Pricing, message_time
 
 __all__ = [
     "CacheMeter",
@@ -100,98 +100,6 @@ class MemoCounter:
     def clear(self) -> None:
         """Forget every remembered message (between files, to bound memory)."""
         self._memo.clear()
-
-
-@dataclass(frozen=True, slots=True)
-class CallCost:
-    """How one model call is billed.
-
-    Attributes:
-        input_tokens: Tokens of the whole input.
-        cached_tokens: Tokens of the prefix shared with the previous call's input.
-        cost: ``cached_tokens * cached_price + (input_tokens - cached_tokens)``.
-        cache_break: The shared prefix is shorter than the previous input: something the
-            provider had cached was changed or removed.
-        cache_write_tokens: Tokens billed as written to the cache (the uncached part).
-        expired: The previous call was longer ago than the pricing's TTL: nothing was read
-            from the cache, whatever the prefix shared.
-
-    Example:
-        >>> CallCost(input_tokens=100, cached_tokens=80, cost=28.0, cache_break=False).cost
-        28.0
-    """
-
-    input_tokens: int
-    cached_tokens: int
-    cost: float
-    cache_break: bool
-    cache_write_tokens: int = 0
-    expired: bool = False
-
-
-class CacheMeter:
-    """Bills a sequence of model inputs the way a provider's prompt cache does.
-
-    The shared prefix is measured in whole messages (a message counts as cached only if it and
-    every message before it are equal to the previous input's), then converted to tokens.
-    Without ``pricing`` it costs ``cached_price`` a token and the rest 1 (the ``flat``
-    model); with it, the provider's read and write prices, minimum prefix and TTL apply
-    (the TTL only when :meth:`bill` is told when each call was made).
-
-    Example:
-        >>> from ctxcompact import HeuristicTokenCounter
-        >>> meter = CacheMeter(HeuristicTokenCounter(), cached_price=0.1)
-        >>> a, b = Message.user("question"), Message.assistant("answer")
-        >>> first, second = meter.bill([a]), meter.bill([a, b])
-        >>> second.cached_tokens == first.input_tokens, second.cache_break
-        (True, False)
-    """
-
-    def __init__(
-        self, counter: TokenCounter, *, cached_price: float = 0.1, pricing: Pricing | None = None
-    ) -> None:
-        if not 0.0 <= cached_price <= 1.0:
-            raise ValueError(f"cached_price must be between 0 and 1, got {cached_price}")
-        self.counter = counter
-        self.pricing = pricing if pricing is not None else Pricing("flat", read=cached_price)
-        self.cached_price = self.pricing.read
-        self._previous: list[Message] | None = None
-        self._previous_at: float | None = None
-
-    def bill(self, request: Sequence[Message], *, at: float | None = None) -> CallCost:
-        """Bill one call whose input is ``request``, made at time ``at`` (seconds; ``None``:
-        unknown, the cache is assumed warm), and remember it for the next call."""
-        pricing = self.pricing
-        ttl = pricing.ttl_seconds
-        expired = (
-            ttl is not None
-            and at is not None
-            and self._previous_at is not None
-            and at - self._previous_at > ttl
-        )
-        if at is not None:
-            self._previous_at = at
-        previous = self._previous
-        shared = 0
-        if previous is not None:
-            limit = min(len(previous), len(request))
-            while shared < limit and (
-                previous[shared] is request[shared] or previous[shared] == request[shared]
-            ):
-                shared += 1
-        total = self.counter.count(request)
-        cached = min(total, sum(self.counter.count_message(m) for m in request[:shared]))
-        if expired or cached < pricing.min_tokens:
-            cached = 0
-        self._previous = list(request)
-        return CallCost(
-            input_tokens=total,
-            cached_tokens=cached,
-            cost=pricing.cost(total, cached),
-            cache_break=previous is not None and shared < len(previous),
-            cache_write_tokens=total - cached,
-            expired=expired,
-        )
 
 
 class MeteredLLM:
