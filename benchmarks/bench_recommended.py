@@ -242,6 +242,15 @@ async def main() -> None:
         f"{TARGET_INPUT:.0%}, cost <= {TARGET_COST:.0%}, last {KEEP} groups and errors "
         f"verbatim, no turn dropped) {'met' if met and rows[-1].errors_ok else 'NOT met'}."
     )
+    print("\nrecommended.toml by agent (in-sample: the batch size was chosen on these traces):")
+    for family in sorted({name.split("__")[0] for name, _ in traces}):
+        subset = [t for t in traces if t[0].split("__")[0] == family]
+        row = await run(family, from_toml, subset)
+        inp, cost, anth = ratios(row)
+        print(
+            f"  {family:<32} {len(subset):>2} traces: input {inp:.1%}, cost {cost:.1%}, "
+            f"Anthropic-priced {anth:.1%}"
+        )
     print(f"one run, {len(rows)} configurations in {time.perf_counter() - start:.0f} s")
 
 

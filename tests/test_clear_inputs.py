@@ -190,3 +190,23 @@ def test_keeps_every_invariant_on_every_trace(name: str) -> None:
                 assert (a.id, a.name) == (b.id, b.name)
                 if a.arguments != b.arguments:
                     assert set(json.loads(a.arguments)) == set(json.loads(b.arguments))
+
+
+def test_composes_with_hiding_in_a_pipeline_loaded_from_steps() -> None:
+    pipeline = Pipeline(
+        steps=[
+            {"strategy": "tool-result-hiding", "params": {"preserve_recent_n": 1}},
+            {
+                "strategy": "ctxcompact.strategies:ToolInputClearing",
+                "params": {"keep_recent": 1, "tools": ["Write"]},
+            },
+        ]
+    )
+    history = history_of(3)
+    history[2] = tool("c0", "r" * 2000)
+    out = assert_strategy_invariants(pipeline, ctx_for(history))
+    assert out is not None
+    assert out[2].content == "[old tool result hidden]"
+    assert arguments(out[1])["content"] == "[cleared: 500 chars]"
+    assert out[5] is history[5]  # the newest group is untouched
+    assert out[6] is history[6]
