@@ -44,6 +44,9 @@ STATS: dict[str, type | tuple[type, ...]] = {
     "peak_context_tokens": int,
     "cost": (int, float),
     "cache_breaks": int,
+    "cache_read_tokens": int,
+    "cache_write_tokens": int,
+    "expired_calls": int,
     "summarizer_calls": int,
     "summarizer_tokens": int,
 }
@@ -81,6 +84,13 @@ def test_replay_json_schema_and_totals(tmp_path: Path) -> None:
         "reserved_context_size": 4000,
         "cached_price": 0.1,
         "token_counter": "heuristic",
+        "pricing": {
+            "name": "flat",
+            "read": 0.1,
+            "write": 1.0,
+            "ttl_seconds": None,
+            "min_tokens": 0,
+        },
     }
     assert [f["file"] for f in doc["files"]] == [str(SMALL), str(MSA)]
     for entry in doc["files"]:

@@ -158,7 +158,7 @@ def _documented_keys(text: str) -> set[str]:
         stripped = line.lstrip("# ").strip()
         header = re.fullmatch(r"\[([\w.]+)\]", stripped)
         if header:
-            table = header[1] + "."
+            table = re.sub(r"^pricing\.\w+\.", "pricing.", header[1] + ".")  # a named table
             if table in ("compaction.params.", "compaction.llm.", "agent.llm."):
                 keys.add(table[:-1])
             continue

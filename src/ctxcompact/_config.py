@@ -45,6 +45,7 @@ __all__ = [
     "ContextGuardConfig",
     "LLMConfig",
     "ObservationMaskingConfig",
+    "PricingConfig",
     "ProxyConfig",
     "Schema1Config",
     "StoreConfig",
@@ -140,6 +141,7 @@ class CompactionConfig(_Table):
     max_messages: int | None = Field(default=None, ge=1)
     min_progress: float = Field(default=DEFAULT_MIN_PROGRESS, ge=0.0, lt=1.0)
     max_failures: int = Field(default=DEFAULT_MAX_FAILURES, ge=1)
+    cache_ttl: float | None = Field(default=None, gt=0)
     params: dict[str, object] = Field(default_factory=dict)
     llm: LLMConfig | None = None
 
@@ -253,6 +255,20 @@ class ProxyConfig(_Table):
         return value
 
 
+class PricingConfig(_Table):
+    """``[pricing.<name>]``: a provider's cache prices for replay, relative to its input price.
+
+    Example:
+        >>> PricingConfig(read=0.1, write=1.25, ttl_seconds=300).write
+        1.25
+    """
+
+    read: float = Field(ge=0.0, le=1.0)
+    write: float = Field(default=1.0, ge=1.0)
+    ttl_seconds: float | None = Field(default=None, gt=0)
+    min_tokens: int = Field(default=0, ge=0)
+
+
 class Config(_Table):
     """The whole configuration file. Every table is optional.
 
@@ -273,6 +289,7 @@ class Config(_Table):
     agent: AgentConfig = Field(default_factory=AgentConfig)
     proxy: ProxyConfig = Field(default_factory=ProxyConfig)
     store: StoreConfig = Field(default_factory=StoreConfig)
+    pricing: dict[str, PricingConfig] = Field(default_factory=dict)
 
     @model_validator(mode="after")
     def _transforms_build(self) -> Config:

@@ -77,7 +77,15 @@ class ControllerState:
         (0, None)
     """
 
-    __slots__ = ("count", "failures", "last_status", "namespace", "produced", "retry_at")
+    __slots__ = (
+        "count",
+        "failures",
+        "last_call",
+        "last_status",
+        "namespace",
+        "produced",
+        "retry_at",
+    )
 
     def __init__(self, *, namespace: str | None = None) -> None:
         self.count = RunningCount()
@@ -88,6 +96,7 @@ class ControllerState:
         self.namespace = namespace
         """Whose originals this conversation's are in an attached store (``None``: the
         controller's ``store_namespace``); the proxy gives each caller its own."""
+        self.last_call: float | None = None  # the controller's clock at the last model call
 
     def reset(self) -> None:
         """Close the circuit, drop the min-progress wait and forget counts and usage."""
@@ -135,6 +144,13 @@ class CompactionController:
             that every hidden or masked tool result shows instead of the strategy's own
             placeholder, so the model knows how to recall it (``None``: the strategies'
             placeholders stay). See :mod:`ctxcompact._controller_store` for the rules.
+        cache_ttl: Seconds after which the provider's prompt cache is cold: when more than
+            this has passed since the last model call (:meth:`step` or
+            :meth:`observe_usage`), the next :meth:`compact` runs the strategy even below
+            the trigger (trigger ``cold``), since rewriting the prefix then breaks no cache.
+            The result is kept only if it saves at least ``min_progress`` of the tokens;
+            otherwise it is a ``noop`` (not a failure). ``None``: off.
+        clock: The time source for ``cache_ttl`` (seconds; a replay passes the recording's).
 
     Example:
         >>> from ctxcompact import Message
@@ -167,6 +183,8 @@ class CompactionController:
         store: OriginalsStore | None = None,
         store_namespace: str = DEFAULT_NAMESPACE,
         recall_placeholder: str | None = None,
+        cache_ttl: float | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if max_context_size <= 0:
             raise ConfigError(f"must be > 0, got {max_context_size}", key="max_context_size")
@@ -188,6 +206,8 @@ class CompactionController:
             raise ConfigError(f"must be in [0, 1), got {min_progress}", key="min_progress")
         if max_failures < 1:
             raise ConfigError(f"must be >= 1, got {max_failures}", key="max_failures")
+        if cache_ttl is not None and not cache_ttl > 0:
+            raise ConfigError(f"must be > 0 seconds, got {cache_ttl}", key="cache_ttl")
         self.strategy = strategy
         self.max_context_size = max_context_size
         self.reserved_context_size = reserved_context_size
@@ -199,6 +219,8 @@ class CompactionController:
         self.on_event = on_event
         self.min_progress = min_progress
         self.max_failures = max_failures
+        self.cache_ttl = cache_ttl
+        self.clock = clock
         self.state = ControllerState()
         """The conversation state used when a call passes none."""
         if recall_placeholder is not None and store is None:
@@ -236,6 +258,7 @@ class CompactionController:
             recall_placeholder=(
                 wiring.recall_placeholder if wiring.recall and wiring.store is not None else None
             ),
+            cache_ttl=wiring.config.compaction.cache_ttl,
         )
 
     @classmethod
@@ -305,8 +328,10 @@ class CompactionController:
         """Record the provider's count for ``history`` (the stored history the call covered,
         its assistant reply appended). ``None`` (``Completion.usage`` when the provider sent
         none) and a usage with no tokens are ignored."""
+        st = state or self.state
+        st.last_call = self.clock()
         if usage is not None and usage.total_tokens > 0:
-            (state or self.state).count.observe(usage.total_tokens, history, self.token_counter)
+            st.count.observe(usage.total_tokens, history, self.token_counter)
 
     def _trigger(self, tokens: int, messages: int, reserved: int) -> Trigger | None:
         if tokens + reserved >= self.max_context_size:
@@ -349,6 +374,9 @@ class CompactionController:
         trigger: Trigger | None = (
             "forced" if force else self._trigger(tokens, len(history), reserved)
         )
+        if trigger is None and self._cold(st):
+            trigger = "cold"
+            st.last_call = None  # one cold run per idle period, whatever it does
         if trigger is None:
             return CompactionResult(history)
         n = len(history)
@@ -368,7 +396,7 @@ class CompactionController:
                 f"circuit open after {st.failures} consecutive failures; "
                 "only a forced compaction runs (or reset())",
             )
-        if not force and st.retry_at is not None and estimate < st.retry_at:
+        if trigger != "cold" and not force and st.retry_at is not None and estimate < st.retry_at:
             return unchanged(
                 "skipped",
                 f"the last run saved less than {self.min_progress:.0%}; waiting "
@@ -395,12 +423,19 @@ class CompactionController:
 
         if output is None or same_messages(output, history):
             st.failures = 0
-            st.retry_at = int(estimate * (1 + self.min_progress))
+            if trigger != "cold":
+                st.retry_at = int(estimate * (1 + self.min_progress))
             return unchanged("noop", None, duration)
         reason = rejection(history, output)
         if reason is not None:
             st.failures += 1
             return unchanged("rejected", reason + self._circuit_note(st), duration)
+        if trigger == "cold" and estimate:
+            freed = 1 - self.token_counter.count(output) / estimate
+            if freed < self.min_progress:
+                st.failures = 0
+                note = f"cold cache: would save {freed:.0%}, below min_progress"
+                return unchanged("noop", note, duration)
 
         result = list(output)
         store_error: str | None = None
@@ -437,6 +472,11 @@ class CompactionController:
         """:meth:`compact` for loops that only need the history (the event goes to
         ``on_event`` and the log). Returns the input object itself when nothing changed."""
         return (await self.compact(history, force=force, state=state)).history
+
+    def _cold(self, state: ControllerState) -> bool:
+        """Whether the cache has gone cold since the last model call (``cache_ttl``)."""
+        ttl, last = self.cache_ttl, state.last_call
+        return ttl is not None and last is not None and self.clock() - last > ttl
 
     def _circuit_note(self, state: ControllerState) -> str:
         if state.failures >= self.max_failures:
@@ -546,6 +586,7 @@ class CompactionController:
         prepared = await self.prepare(
             result.history, max_output_tokens=max_output_tokens, state=state
         )
+        (state or self.state).last_call = self.clock()  # the call this step prepares
         store_errors = tuple(e for e in (result.store_error, prepared.store_error) if e)
         return Step(result.history, prepared.messages, result.event, prepared.skipped, store_errors)
 

@@ -22,7 +22,7 @@ __all__ = [
     "strategy_name",
 ]
 
-Trigger = Literal["threshold", "ratio", "messages", "forced"]
+Trigger = Literal["threshold", "ratio", "messages", "forced", "cold"]
 EventStatus = Literal["compacted", "noop", "rejected", "failed", "skipped", "circuit_open"]
 
 
@@ -34,7 +34,8 @@ class CompactionEvent:
         strategy: The strategy's name (its ``name`` attribute, else its class name).
         trigger: ``threshold`` (``tokens + reserved >= max``), ``ratio`` (``tokens >=
             trigger_ratio * max``), ``messages`` (more than ``max_messages`` messages) or
-            ``forced`` (``compact(force=True)``).
+            ``forced`` (``compact(force=True)``) or ``cold`` (the prompt cache expired since
+            the last call: ``cache_ttl``).
         status: ``compacted`` (history replaced), ``noop`` (the strategy returned ``None``
             or the same messages), ``rejected`` (its output broke ``check_history`` or was
             not a list of messages; the original kept), ``failed`` (it raised; the original

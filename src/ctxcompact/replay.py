@@ -13,8 +13,13 @@ agent and the proxy use. Two modes say what "the history before it" is:
 
 The engine measures each input with a token counter and bills it the way prompt caching
 does: the part shared with the previous call's input, counted in whole messages from the
-start, costs ``cached_price``; the rest costs 1 per token. ``ctxcompact replay`` and the
-benchmarks use this module.
+start, costs ``cached_price``; the rest costs 1 per token (the ``flat`` model). A provider's
+:class:`~ctxcompact._pricing.Pricing` (``pricing=``) bills instead the way that provider
+does: a write premium on the uncached part, its read price, no cache below its minimum
+prefix, and no cache at all for a call further than its time-to-live from the previous one
+when the recording carries timestamps (a ``timestamp`` on the assistant messages). The same
+timestamps drive the controller's clock, so ``cache_ttl`` (cold-cache compaction) acts as it
+would have live. ``ctxcompact replay`` and the benchmarks use this module.
 
 Example:
     >>> import asyncio
@@ -35,6 +40,7 @@ from typing import TYPE_CHECKING, Literal
 from ._controller import ControllerState
 from ._conversations import read_conversation
 from ._messages import Message
+from ._pricing import CacheMeter, CallCost, Pricing, message_time
 
 __all__ = [
     "CacheMeter",
@@ -96,71 +102,6 @@ class MemoCounter:
         self._memo.clear()
 
 
-@dataclass(frozen=True, slots=True)
-class CallCost:
-    """How one model call is billed.
-
-    Attributes:
-        input_tokens: Tokens of the whole input.
-        cached_tokens: Tokens of the prefix shared with the previous call's input.
-        cost: ``cached_tokens * cached_price + (input_tokens - cached_tokens)``.
-        cache_break: The shared prefix is shorter than the previous input: something the
-            provider had cached was changed or removed.
-
-    Example:
-        >>> CallCost(input_tokens=100, cached_tokens=80, cost=28.0, cache_break=False).cost
-        28.0
-    """
-
-    input_tokens: int
-    cached_tokens: int
-    cost: float
-    cache_break: bool
-
-
-class CacheMeter:
-    """Bills a sequence of model inputs the way a provider's prompt cache does.
-
-    The shared prefix is measured in whole messages (a message counts as cached only if it and
-    every message before it are equal to the previous input's), then converted to tokens.
-
-    Example:
-        >>> from ctxcompact import HeuristicTokenCounter
-        >>> meter = CacheMeter(HeuristicTokenCounter(), cached_price=0.1)
-        >>> a, b = Message.user("question"), Message.assistant("answer")
-        >>> first, second = meter.bill([a]), meter.bill([a, b])
-        >>> second.cached_tokens == first.input_tokens, second.cache_break
-        (True, False)
-    """
-
-    def __init__(self, counter: TokenCounter, *, cached_price: float = 0.1) -> None:
-        if not 0.0 <= cached_price <= 1.0:
-            raise ValueError(f"cached_price must be between 0 and 1, got {cached_price}")
-        self.counter = counter
-        self.cached_price = cached_price
-        self._previous: list[Message] | None = None
-
-    def bill(self, request: Sequence[Message]) -> CallCost:
-        """Bill one call whose input is ``request`` and remember it for the next call."""
-        previous = self._previous
-        shared = 0
-        if previous is not None:
-            limit = min(len(previous), len(request))
-            while shared < limit and (
-                previous[shared] is request[shared] or previous[shared] == request[shared]
-            ):
-                shared += 1
-        total = self.counter.count(request)
-        cached = min(total, sum(self.counter.count_message(m) for m in request[:shared]))
-        self._previous = list(request)
-        return CallCost(
-            input_tokens=total,
-            cached_tokens=cached,
-            cost=cached * self.cached_price + (total - cached),
-            cache_break=previous is not None and shared < len(previous),
-        )
-
-
 class MeteredLLM:
     """Wraps the summarizer LLM to count its calls and tokens during a replay.
 
@@ -218,6 +159,9 @@ class ReplayStats:
         peak_context_tokens: The largest single input.
         cost: Cache-adjusted cost in token units (1 per uncached token).
         cache_breaks: Calls whose input shares less than the whole previous input.
+        cache_read_tokens: Input tokens billed as read from the cache.
+        cache_write_tokens: Input tokens billed as written to it (the uncached ones).
+        expired_calls: Calls made after the cache's TTL had run out (timestamped traces).
         calls_over_window: Calls whose input plus the reserve exceeds the window
             (``input + reserved > max``): the provider would refuse them, or the answer
             would have no room. Counted only when the replay knows the window.
@@ -241,6 +185,9 @@ class ReplayStats:
     peak_context_tokens: int = 0
     cost: float = 0.0
     cache_breaks: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+    expired_calls: int = 0
     calls_over_window: int = 0
     summarizer_calls: int = 0
     summarizer_tokens: int = 0
@@ -256,6 +203,9 @@ class ReplayStats:
         self.peak_context_tokens = max(self.peak_context_tokens, bill.input_tokens)
         self.cost += bill.cost
         self.cache_breaks += bill.cache_break
+        self.cache_read_tokens += bill.cached_tokens
+        self.cache_write_tokens += bill.cache_write_tokens
+        self.expired_calls += bill.expired
         self.context_tokens.append(bill.input_tokens)
         self.call_costs.append(bill.cost)
         if bill.cache_break:
@@ -288,6 +238,7 @@ async def replay(
     window: tuple[int, int] | None = None,
     on_failure: Callable[[str], None] | None = None,
     on_call: Callable[[int, Sequence[Message]], None] | None = None,
+    pricing: Pricing | None = None,
 ) -> ReplayStats:
     """Replay ``conversation`` through ``controller`` (``None``: no compaction).
 
@@ -296,7 +247,7 @@ async def replay(
         controller: The controller deciding and running compaction; use a fresh one per
             conversation (its loop guards keep state).
         counter: Measures each call's input. Give the controller the same counter.
-        cached_price: Price of a cached token relative to an uncached one.
+        cached_price: Price of a cached token relative to an uncached one (``flat``).
         llm: The metered summarizer the controller was given, to report its calls.
         mode: ``agent`` (the stored history is compacted) or ``proxy`` (every call starts
             from the whole recording, with a fresh controller state).
@@ -305,18 +256,65 @@ async def replay(
         on_failure: Called with the controller's error text for each failed compaction.
         on_call: Called with the index of each assistant message in ``conversation`` and
             the input of that call (to check what the model would have seen).
+        pricing: Bill as this provider does (``None``: flat at ``cached_price``). Its TTL
+            applies where the assistant messages carry timestamps.
 
     Returns:
         The replay's statistics.
     """
+    meter = CacheMeter(counter, cached_price=cached_price, pricing=pricing)
+    clock = _TraceClock()
+    driven = (
+        controller is not None
+        and controller.cache_ttl is not None
+        and any(m.role == "assistant" and message_time(m) is not None for m in conversation)
+    )
+    if not driven or controller is None:
+        return await _replay(
+            conversation, controller, meter, clock, llm, mode, window, on_failure, on_call
+        )
+    # The recording's timestamps are the controller's clock, so cold-cache compaction fires
+    # where the recorded gaps were longer than its cache_ttl.
+    saved, controller.clock = controller.clock, clock
+    try:
+        return await _replay(
+            conversation, controller, meter, clock, llm, mode, window, on_failure, on_call
+        )
+    finally:
+        controller.clock = saved
+
+
+class _TraceClock:
+    """A clock that reads the time of the call being replayed."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+async def _replay(
+    conversation: Sequence[Message],
+    controller: CompactionController | None,
+    meter: CacheMeter,
+    clock: _TraceClock,
+    llm: MeteredLLM | None,
+    mode: ReplayMode,
+    window: tuple[int, int] | None,
+    on_failure: Callable[[str], None] | None,
+    on_call: Callable[[int, Sequence[Message]], None] | None,
+) -> ReplayStats:
     stats = ReplayStats()
-    meter = CacheMeter(counter, cached_price=cached_price)
     llm_calls, llm_tokens = (llm.calls, llm.tokens) if llm is not None else (0, 0)
     if window is None and controller is not None:
         window = (controller.max_context_size, controller.reserved_context_size)
     history: list[Message] = []
     for index, message in enumerate(conversation):
         if message.role == "assistant":
+            at = message_time(message)
+            if at is not None:
+                clock.now = at
             request: Sequence[Message] = history
             if controller is not None:
                 if mode == "proxy":
@@ -335,7 +333,7 @@ async def replay(
                     if on_failure is not None:
                         on_failure(event.error or event.status)
                 request = step.request
-            bill = meter.bill(request)
+            bill = meter.bill(request, at=at)
             stats.add_call(bill)
             if window is not None and bill.input_tokens + window[1] > window[0]:
                 stats.calls_over_window += 1

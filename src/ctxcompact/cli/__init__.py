@@ -152,6 +152,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="price of a cached input token relative to an uncached one (default: 0.1)",
     )
     replay.add_argument(
+        "--pricing",
+        default="flat",
+        metavar="NAME",
+        help="bill the prompt cache as a provider does: flat (--cached-price, no write premium, "
+        "no expiry), anthropic (writes 1.25x, reads 0.1x, 5-minute TTL), anthropic-1h, openai "
+        "(gpt-5: reads 0.1x), openai-gpt-4.1 (0.25x), openai-gpt-4o (0.5x), or a "
+        "[pricing.NAME] table of --config (default: flat)",
+    )
+    replay.add_argument(
         "--mode",
         choices=("agent", "proxy"),
         default="agent",

@@ -11,6 +11,7 @@ import asyncio
 import sys
 from typing import TYPE_CHECKING, Any
 
+from .._pricing import Pricing, provider
 from ..replay import FileReplay, ReplayStats, replay
 from . import params_for
 from ._io import CliError, Conversation, load_demo, read_conversation
@@ -174,6 +175,7 @@ def run_replay(args: argparse.Namespace) -> int:
         build_setup(args, spec=spec, default_strategy=DEFAULT_STRATEGY, params=params_for(args, k))
         for k, spec in enumerate(args.strategy or [None])
     ]
+    args.pricing_table = _pricing(args, setups[0])
     conversations = _read_all(args.files, args.format) if args.files else [load_demo()]
     replays = asyncio.run(_replay_all(args, conversations, setups))
     first = setups[0]
@@ -183,6 +185,7 @@ def run_replay(args: argparse.Namespace) -> int:
         reserved_context_size=first.reserved_context_size,
         cached_price=args.cached_price,
         token_counter=first.counter_name,
+        pricing=args.pricing_table,
     )
     if args.plot:
         plot_replays(settings, replays, args.plot)
@@ -224,6 +227,7 @@ async def _replay_all(
             counter=counter,
             cached_price=args.cached_price,
             window=(setups[0].max_context_size, setups[0].reserved_context_size),
+            pricing=args.pricing_table,
         )
         counter.clear()
         runs: list[ReplayStats] = []
@@ -237,6 +241,7 @@ async def _replay_all(
                         counter=setup.counter,
                         cached_price=args.cached_price,
                         llm=setup.llm,
+                        pricing=args.pricing_table,
                         mode=args.mode,
                         on_failure=report,
                     )
@@ -248,6 +253,17 @@ async def _replay_all(
         )
     bar.close()
     return replays
+
+
+def _pricing(args: argparse.Namespace, setup: Setup) -> Pricing:
+    """``--pricing NAME``: a built-in table or a ``[pricing.NAME]`` of the config."""
+    extra = {
+        name: Pricing(name, **table.model_dump()) for name, table in setup.config.pricing.items()
+    }
+    try:
+        return provider(args.pricing, extra=extra, cached_price=args.cached_price)
+    except KeyError as exc:
+        raise CliError(f"--pricing: {exc.args[0]}") from None
 
 
 class _FailureReport:

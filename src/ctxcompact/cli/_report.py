@@ -11,6 +11,7 @@ import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from .._pricing import Pricing
 from ..replay import FileReplay, ReplayStats
 from ._plot import plot_replays, require_matplotlib
 
@@ -35,6 +36,9 @@ _STAT_KEYS = (
     "peak_context_tokens",
     "cost",
     "cache_breaks",
+    "cache_read_tokens",
+    "cache_write_tokens",
+    "expired_calls",
     "summarizer_calls",
     "summarizer_tokens",
 )
@@ -51,6 +55,7 @@ class ReplaySettings:
         reserved_context_size: Tokens kept free.
         cached_price: Price of a cached token relative to an uncached one.
         token_counter: ``heuristic`` or ``tiktoken``.
+        pricing: How the cost was billed (``None``: flat at ``cached_price``).
 
     Example:
         >>> ReplaySettings(("tool-result-hiding",), 16000, 4000, 0.1, "heuristic").strategies
@@ -62,6 +67,12 @@ class ReplaySettings:
     reserved_context_size: int
     cached_price: float
     token_counter: str
+    pricing: Pricing | None = None
+
+    @property
+    def priced(self) -> bool:
+        """Billed at a provider's prices rather than the flat model."""
+        return self.pricing is not None and self.pricing.name != "flat"
 
 
 def ratio(part: float, whole: float) -> float | None:
@@ -125,6 +136,7 @@ def replay_json(settings: ReplaySettings, replays: Sequence[FileReplay]) -> dict
             "reserved_context_size": settings.reserved_context_size,
             "cached_price": settings.cached_price,
             "token_counter": settings.token_counter,
+            "pricing": _pricing_json(settings),
         },
         "files": [
             {
@@ -141,6 +153,17 @@ def replay_json(settings: ReplaySettings, replays: Sequence[FileReplay]) -> dict
             "baseline": stats_json(baseline, per_call=False),
             "runs": _runs_json(labels, compacted, baseline, per_call=False),
         },
+    }
+
+
+def _pricing_json(settings: ReplaySettings) -> dict[str, Any]:
+    p = settings.pricing or Pricing("flat", read=settings.cached_price)
+    return {
+        "name": p.name,
+        "read": p.read,
+        "write": p.write,
+        "ttl_seconds": p.ttl_seconds,
+        "min_tokens": p.min_tokens,
     }
 
 
@@ -192,8 +215,29 @@ def _cell(value: float, base: float, key: str, *, long: bool) -> str:
     return f"{_num(value)} ({text})"
 
 
+def _rows(pricing: Pricing | None) -> tuple[tuple[str, str, bool], ...]:
+    """The rows of a block; a provider's pricing names the cost and adds cache reads and writes."""
+    if pricing is None or pricing.name == "flat":
+        return _ROWS
+    out = []
+    for row in _ROWS:
+        if row[1] == "cost":
+            out.append((f"cost ({_short(pricing.name, 15)})", "cost", True))
+            out.append(("cache reads (tokens)", "cache_read_tokens", False))
+            out.append(("cache writes (tokens)", "cache_write_tokens", False))
+            if pricing.ttl_seconds is not None:
+                out.append(("calls after TTL", "expired_calls", False))
+        else:
+            out.append(row)
+    return tuple(out)
+
+
 def _block(
-    title: str, labels: Sequence[str], baseline: ReplayStats, compacted: Sequence[ReplayStats]
+    title: str,
+    labels: Sequence[str],
+    baseline: ReplayStats,
+    compacted: Sequence[ReplayStats],
+    priced: Pricing | None = None,
 ) -> list[str]:
     """Rows of statistics, one column for no compaction and one per strategy.
 
@@ -201,7 +245,7 @@ def _block(
     """
     long = len(labels) == 1
     rows = []
-    for name, key, with_ratio in _ROWS:
+    for name, key, with_ratio in _rows(priced):
         base = getattr(baseline, key)
         cells = [
             _cell(getattr(stats, key), base, key, long=long)
@@ -355,23 +399,32 @@ def replay_text(settings: ReplaySettings, replays: Sequence[FileReplay]) -> str:
     lines = [
         f"max context {settings.max_context_size:,} | reserved "
         f"{settings.reserved_context_size:,} (compaction at "
-        f"{settings.max_context_size - settings.reserved_context_size:,} tokens) | cached price "
-        f"{settings.cached_price:g} | tokens: {settings.token_counter}",
+        f"{settings.max_context_size - settings.reserved_context_size:,} tokens) | "
+        f"{_pricing_text(settings)} | tokens: {settings.token_counter}",
         "",
     ]
+    priced = settings.pricing if settings.priced else None
     baseline, compacted = total_of(replays, len(labels))
     if len(replays) > 1:
         lines += _file_table(labels, replays)
         lines.append("")
         title = f"total: {len(replays)} files, {sum(i.messages for i in replays):,} messages"
-        lines += _block(title, labels, baseline, compacted)
+        lines += _block(title, labels, baseline, compacted, priced)
     else:
         for item in replays:
             title = f"{item.name}: {item.messages} messages"
-            lines += _block(title, labels, item.baseline, item.compacted)
+            lines += _block(title, labels, item.baseline, item.compacted, priced)
     lines.append("")
     lines += _verdicts(settings, baseline, compacted, replays)
     return "\n".join(lines)
+
+
+def _pricing_text(settings: ReplaySettings) -> str:
+    p = settings.pricing
+    if p is None or not settings.priced:
+        return f"cached price {settings.cached_price:g}"
+    ttl = "no TTL" if p.ttl_seconds is None else f"TTL {p.ttl_seconds:g} s"
+    return f"pricing {p.name}: cache reads {p.read:g}, writes {p.write:g}, {ttl}"
 
 
 def dumps(document: dict[str, Any]) -> str:

@@ -8,11 +8,13 @@
 | HidingThenSummary | yes | hiding first, summary when hiding is not enough |
 | ToolResultTruncation | no | cuts huge tool results to head + tail |
 | ContextGuard | no | keeps system, task and the newest steps that fit; cuts the newest step |
+| ToolInputClearing | no | clears long string arguments of old tool calls |
 | Pipeline | - | runs strategies in order |
 """
 
 from __future__ import annotations
 
+from ._clear_inputs import ToolInputClearing
 from ._guard import ContextGuard
 from ._hiding import ToolResultHiding
 from ._hiding_then_summary import HidingThenSummary
@@ -38,6 +40,7 @@ __all__ = [
     "MaskPolicy",
     "Pipeline",
     "Schema1Masking",
+    "ToolInputClearing",
     "ToolResultHiding",
     "ToolResultTruncation",
     "mask_old_tool_results",

@@ -1,0 +1,210 @@
+"""ToolInputClearing: the long string arguments of old tool calls replaced by a short marker.
+
+An agent's old tool *inputs* cost as much as its old results: a coding agent's ``Write`` and
+``Edit`` calls carry whole files in their arguments, and no result-hiding strategy touches
+them (they are ~a third of the input of the public Claude Code traces). This is Anthropic's
+``clear_tool_inputs`` and LangChain's, as a strategy of its own so it composes with any
+result masking in a :class:`~ctxcompact.strategies.Pipeline`.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+from .._groups import tool_groups
+from .._tokens import HeuristicTokenCounter, TokenCounter
+from ..exceptions import ConfigError
+from ._shared import batched_boundary, check_int, validate_template
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from .._contract import CompactionContext
+    from .._messages import Message, ToolCall
+
+__all__ = ["INPUT_MARKER", "ToolInputClearing"]
+
+INPUT_MARKER = "[cleared: {chars} chars]"
+"""The default marker; ``{chars}`` is the length of the string it replaces."""
+
+_MEMO_LIMIT = 4096  # arguments remembered per instance (a proxy serves many conversations)
+
+
+class ToolInputClearing:
+    """Replace long string values in the arguments of old tool calls with a short marker.
+
+    A call is old when its group (an assistant message with ``tool_calls`` and its results)
+    is not among the ``keep_recent`` newest. In an old call's arguments, every string value
+    longer than ``min_chars`` characters, at any depth, becomes the marker with its length;
+    the arguments stay a valid JSON object with the same keys (re-serialized with
+    ``json.dumps``), and tool-call ids, names, results and every other message are kept as
+    they are. Arguments that are not a JSON object are left alone. A marker is shorter than
+    ``min_chars``, so a second run on the output returns ``None``.
+
+    Args:
+        keep_recent: How many of the newest tool-call groups keep their arguments whole.
+        min_chars: Only string values longer than this are cleared.
+        tools: The tool names whose calls are cleared (``None``, ``True`` or ``"all"``:
+            every tool).
+        marker: What replaces a value; may use ``{chars}``.
+        batch_turns: When > 0, the number of cleared groups moves only in multiples of
+            this, so the prompt prefix (and the provider's cache of it) changes rarely.
+        clear_at_least: When > 0, clear more only where the tokens freed, counted from the
+            oldest group, cross a multiple of this (Anthropic's ``clear_at_least`` idea).
+
+    Raises:
+        ConfigError: A negative count, ``min_chars`` not above the marker's length, a
+            marker with fields other than ``{chars}``, or ``tools`` not a list of names.
+
+    Example:
+        >>> from ctxcompact import Message, ToolCall
+        >>> call = ToolCall(id="w1", name="Write", arguments='{"path": "a.py", "text": "' +
+        ...     "x" * 300 + '"}')
+        >>> h = [Message.assistant(None, tool_calls=[call]), Message.tool("w1", "ok")]
+        >>> ToolInputClearing(keep_recent=0).clear(h)[0].tool_calls[0].arguments
+        '{"path": "a.py", "text": "[cleared: 300 chars]"}'
+    """
+
+    def __init__(
+        self,
+        *,
+        keep_recent: int = 5,
+        min_chars: int = 200,
+        tools: Sequence[str] | str | bool | None = None,
+        marker: str = INPUT_MARKER,
+        batch_turns: int = 0,
+        clear_at_least: int = 0,
+    ) -> None:
+        self.keep_recent = check_int("keep_recent", keep_recent)
+        self.batch_turns = check_int("batch_turns", batch_turns)
+        self.clear_at_least = check_int("clear_at_least", clear_at_least)
+        if not isinstance(marker, str) or not marker:
+            raise ConfigError(f"must be a non-empty string, got {marker!r}", key="marker")
+        validate_template(marker, ("chars",), key="marker")
+        self.marker = marker
+        self.min_chars = check_int("min_chars", min_chars)
+        longest = len(marker.format(chars=10**12))
+        if self.min_chars <= longest:
+            raise ConfigError(
+                f"must be above the marker's length ({longest}) so clearing always shrinks "
+                f"a value, got {min_chars}",
+                key="min_chars",
+            )
+        self.tools = _tool_names(tools)
+        self._memo: dict[str, tuple[str, int] | None] = {}
+
+    def __repr__(self) -> str:
+        tools = "all" if self.tools is None else sorted(self.tools)
+        return (
+            f"ToolInputClearing(keep_recent={self.keep_recent}, min_chars={self.min_chars}, "
+            f"tools={tools!r}, batch_turns={self.batch_turns}, "
+            f"clear_at_least={self.clear_at_least})"
+        )
+
+    async def compact(self, ctx: CompactionContext) -> list[Message] | None:
+        """Clear the long arguments of old calls in ``ctx.history``; ``None`` if none."""
+        return self.clear(ctx.history, token_counter=ctx.token_counter)
+
+    def clear(
+        self, history: Sequence[Message], *, token_counter: TokenCounter | None = None
+    ) -> list[Message] | None:
+        """The synchronous core of :meth:`compact` (the heuristic when ``token_counter`` is
+        ``None``)."""
+        groups = tool_groups(history)
+        boundary = len(groups) - self.keep_recent
+        if boundary <= 0:
+            return None
+        rewritten: list[Message | None] = []
+        freed: list[int] = []
+        for group in groups[:boundary]:
+            message = history[group.call_index]
+            calls = message.tool_calls or ()
+            new_calls = [self._cleared_call(call) for call in calls]
+            if all(new is None for new, _ in new_calls):
+                rewritten.append(None)
+                freed.append(0)
+                continue
+            rewritten.append(
+                message.replace(
+                    tool_calls=[
+                        call if new is None else new
+                        for call, (new, _) in zip(calls, new_calls, strict=True)
+                    ]
+                )
+            )
+            freed.append(sum(chars for _, chars in new_calls))
+        if self.batch_turns or self.clear_at_least:
+            counter = token_counter or HeuristicTokenCounter()
+            tokens = [
+                0
+                if new is None
+                else counter.count_message(history[g.call_index]) - counter.count_message(new)
+                for g, new in zip(groups, rewritten, strict=False)
+            ]
+            boundary = batched_boundary(
+                boundary,
+                batch_turns=self.batch_turns,
+                clear_at_least=self.clear_at_least,
+                unit_tokens=tokens.__getitem__,
+            )
+        out: list[Message] | None = None
+        for group, new in zip(groups[:boundary], rewritten, strict=False):
+            if new is not None:
+                if out is None:
+                    out = list(history)
+                out[group.call_index] = new
+        return out
+
+    def _cleared_call(self, call: ToolCall) -> tuple[ToolCall | None, int]:
+        """The call with its long values cleared and the characters freed; ``None`` if
+        nothing is cleared."""
+        if self.tools is not None and call.name not in self.tools:
+            return None, 0
+        arguments = call.arguments
+        if arguments in self._memo:
+            hit = self._memo[arguments]
+        else:
+            hit = self._cleared_arguments(arguments)
+            if len(self._memo) >= _MEMO_LIMIT:
+                self._memo.clear()
+            self._memo[arguments] = hit
+        if hit is None:
+            return None, 0
+        return call.model_copy(update={"arguments": hit[0]}), hit[1]
+
+    def _cleared_arguments(self, arguments: str) -> tuple[str, int] | None:
+        if len(arguments) <= self.min_chars:
+            return None  # no string value inside can be longer than the whole text
+        try:
+            parsed = json.loads(arguments)
+        except ValueError:
+            return None
+        if not isinstance(parsed, dict):
+            return None
+        changed = [False]
+        cleared = self._clear_value(parsed, changed)
+        if not changed[0]:
+            return None
+        text = json.dumps(cleared, ensure_ascii=False)
+        return text, len(arguments) - len(text)
+
+    def _clear_value(self, value: Any, changed: list[bool]) -> Any:
+        if isinstance(value, str):
+            if len(value) > self.min_chars:
+                changed[0] = True
+                return self.marker.format(chars=len(value))
+            return value
+        if isinstance(value, dict):
+            return {key: self._clear_value(item, changed) for key, item in value.items()}
+        if isinstance(value, list):
+            return [self._clear_value(item, changed) for item in value]
+        return value
+
+
+def _tool_names(tools: Sequence[str] | str | bool | None) -> frozenset[str] | None:
+    if tools is None or tools is True or tools == "all":
+        return None
+    if isinstance(tools, (str, bool)) or not all(isinstance(t, str) and t for t in tools):
+        raise ConfigError(f'must be "all" or a list of tool names, got {tools!r}', key="tools")
+    return frozenset(tools)
