@@ -450,7 +450,9 @@ class CompactionController:
                 return CompactionResult(history, noop.event, store_error)
             st.produced.add(history, result)
         st.failures = 0
-        st.count.reset()  # the new history is estimated, the old usage no longer applies
+        # The new history is estimated (the old usage no longer applies), reusing the
+        # estimate of every message the strategy kept.
+        st.count.replace(result, self.token_counter)
         after = self.token_count(result, state=st)
         saved = 1 - after / estimate if estimate else 0.0
         st.retry_at = int(estimate * (1 + self.min_progress)) if saved < self.min_progress else None

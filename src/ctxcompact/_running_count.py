@@ -57,6 +57,27 @@ class RunningCount:
             return tokens + self._cum[-1] - self._cum[covered]
         return self._cum[-1]
 
+    def replace(self, history: Sequence[Message], counter: TokenCounter) -> int:
+        """Start over from ``history`` (a strategy's output) and return its estimate.
+
+        The provider's count is dropped (it counted another history), but the estimate of
+        every message kept from the history seen last is reused by identity: a compaction
+        that keeps most messages costs only the ones it rewrote.
+        """
+        seen, cum = self._seen, self._cum
+        known = {id(m): cum[k + 1] - cum[k] for k, m in enumerate(seen)}
+        self._seen, self._cum, self._usage = [], [0], None
+        count = counter.count_message
+        total = 0
+        for message in history:
+            tokens = known.get(id(message))
+            total += count(message) if tokens is None else tokens
+            self._seen.append(message)
+            self._cum.append(total)
+        # `seen` stays referenced until here, so no id in `known` was reused by a new object.
+        del seen
+        return total
+
     def observe(self, tokens: int, history: Sequence[Message], counter: TokenCounter) -> None:
         """Record that the provider counted ``tokens`` for the whole ``history``."""
         self._sync(history, counter)
