@@ -27,8 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tests.traces import load_trace, trace_paths
 
-from ctxcompact import from_anthropic, from_openai, to_anthropic, to_openai
-from ctxcompact._messages import Message
+from ctxcompact import Message, from_anthropic, from_openai, to_anthropic, to_openai
 
 
 def _shaped(raw: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -1,12 +1,12 @@
-"""RunningCount alone, per appended step: what checking every message costs.
+"""The controller's running count alone, per appended step: what checking every message costs.
 
 Every call compares every message seen before with the one now at its place (identity, then
 equality), so a step is linear in the history length, with a C-level constant. For histories
 of 100, 1,000 and 10,000 messages built from the public traces, one message is appended per
-step and ``total`` is timed (median of the steps); the baseline is a full recount with the
-same counter, in the same process. The last column is the comparison's cost per message
-already seen. ``benchmarks/bench_controller.py`` shows the controller's per-step cost, which
-this is a part of.
+step and ``CompactionController.token_count`` is timed (median of the steps); the baseline
+is a full recount with the same counter, in the same process. The last column is the
+comparison's cost per message already seen. ``benchmarks/bench_controller.py`` shows the
+controller's per-step cost, which this is a part of.
 
     .venv/bin/python benchmarks/bench_running_count.py [--quick]
 """
@@ -23,8 +23,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tests.traces import load_trace, trace_names
 
-from ctxcompact import HeuristicTokenCounter, Message, from_openai
-from ctxcompact._running_count import RunningCount
+from ctxcompact import CompactionController, HeuristicTokenCounter, Message, Usage, from_openai
+from ctxcompact.testing import FunctionStrategy
 
 
 def pool() -> list[Message]:
@@ -33,9 +33,11 @@ def pool() -> list[Message]:
 
 def per_step(size: int, steps: int, messages: list[Message], *, new_list: bool) -> float:
     counter = HeuristicTokenCounter()
-    running = RunningCount()
+    running = CompactionController(
+        FunctionStrategy(lambda ctx: None), max_context_size=10**12, token_counter=counter
+    )
     history = [messages[i % len(messages)] for i in range(size)]
-    running.observe(12_345, history, counter)
+    running.observe_usage(Usage(input_tokens=12_345), history)
     extra = [messages[-1 - i % len(messages)] for i in range(steps)]
     times: list[float] = []
     for message in extra:
@@ -44,7 +46,7 @@ def per_step(size: int, steps: int, messages: list[Message], *, new_list: bool) 
         else:
             history.append(message)
         start = time.perf_counter()
-        running.total(history, counter)
+        running.token_count(history)
         times.append(time.perf_counter() - start)
     return statistics.median(times)
 
