@@ -500,20 +500,26 @@ def test_from_dict_errors_carry_the_key_without_a_path() -> None:
     assert info.value.key == "compaction.trigger_ratio"
 
 
-def test_params_is_a_free_table(tmp_path: Path) -> None:
+def test_params_are_checked_against_the_strategy_when_the_file_loads(tmp_path: Path) -> None:
     text = """
+    [compaction]
+    strategy = "pipeline"
     [compaction.params]
-    preserve_recent_n = 3
     steps = ["tool-result-hiding", {strategy = "llm-summary"}]
-    [compaction.params.nested]
-    anything = true
     """
     config = load_config(write(tmp_path, text))
     assert config.compaction.params == {
-        "preserve_recent_n": 3,
         "steps": ["tool-result-hiding", {"strategy": "llm-summary"}],
-        "nested": {"anything": True},
     }
+    error = config_error(
+        tmp_path, '[compaction]\nstrategy = "tool-result-hiding"\n[compaction.params]\nkeep = 3\n'
+    )
+    assert error.key == "compaction.params"
+    assert "unknown parameter 'keep'" in str(error)
+    assert "preserve_recent_n: int = 5" in str(error)  # the accepted params, with defaults
+    # A strategy that cannot be imported here is judged when it is built, naming the spec.
+    unknown = '[compaction]\nstrategy = "no_such_pkg.mod:Thing"\n[compaction.params]\nx = 1\n'
+    assert load_config(write(tmp_path, unknown)).compaction.params == {"x": 1}
 
 
 def test_assignment_is_validated() -> None:

@@ -27,7 +27,7 @@ from ._defaults import (
     DEFAULT_RESERVED_CONTEXT_SIZE,
     TRIGGER_RATIO_RANGE,
 )
-from ._loader import spec_problem
+from ._loader import params_problem, spec_problem
 from .exceptions import ConfigError
 from .strategies._guard import ContextGuard
 from .strategies._schema1 import Schema1Masking
@@ -152,6 +152,13 @@ class CompactionConfig(_Table):
         if problem is not None:
             raise ValueError(f"{problem}, such as 'hiding-then-summary'")
         return value
+
+    @model_validator(mode="after")
+    def _params_fit_the_strategy(self) -> CompactionConfig:
+        problem = params_problem(self.strategy, self.params)
+        if problem is not None:
+            raise field_error(type(self), ("params",), problem, self.params)
+        return self
 
     @model_validator(mode="after")
     def _reserve_below_max(self) -> CompactionConfig:

@@ -157,6 +157,25 @@ def _registered() -> dict[str, EntryPoint]:
     return found
 
 
+def params_problem(spec: str, params: Mapping[str, Any]) -> str | None:
+    """Why ``params`` do not fit the strategy ``spec`` names, or ``None``.
+
+    Checked from the class's signature, without building it, so a config can report bad
+    ``[compaction.params]`` when it loads (pluggy's habit: validate at registration). A spec
+    that cannot be imported here is not judged: building it reports that, naming the spec.
+    """
+    try:
+        cls = _load_class(spec, _entry_point(spec))
+        signature = inspect_class(cls)
+    except (StrategyLoadError, SignatureError):
+        return None
+    try:
+        signature.validate_params(params)
+    except SignatureError as exc:
+        return str(exc)
+    return None
+
+
 def spec_problem(spec: str) -> str | None:
     """Why ``spec`` is not even shaped like a spec, or ``None`` (nothing is imported)."""
     if ":" in spec:
