@@ -186,3 +186,15 @@ async def test_metered_llm_counts_only_the_prefix_shared_with_the_previous_input
     llm.inner = ScriptedLLM(usage)
     await llm.complete([*previous, user("summarize")])
     assert llm.cached_tokens == before + 5  # never more than the reported input
+
+
+def test_loads_by_spec_with_cache_aligned_and_passes_it_through() -> None:
+    from ctxcompact import load_strategy
+
+    summary = load_strategy("ctxcompact.strategies:LLMSummary", params={"cache_aligned": True})
+    assert isinstance(summary, LLMSummary)
+    assert summary.cache_aligned
+    both = load_strategy("hiding-then-summary", params={"cache_aligned": True})
+    assert isinstance(both, HidingThenSummary)
+    assert both.summary.cache_aligned
+    assert not HidingThenSummary().summary.cache_aligned  # off by default
