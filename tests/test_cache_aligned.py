@@ -17,6 +17,7 @@ from ctxcompact import (
     ToolSpec,
     Usage,
     check_history,
+    load_strategy,
 )
 from ctxcompact.exceptions import ContextTooLongError
 from ctxcompact.replay import MemoCounter, MeteredLLM, ReplayStats, replay
@@ -189,8 +190,6 @@ async def test_metered_llm_counts_only_the_prefix_shared_with_the_previous_input
 
 
 def test_loads_by_spec_with_cache_aligned_and_passes_it_through() -> None:
-    from ctxcompact import load_strategy
-
     summary = load_strategy("ctxcompact.strategies:LLMSummary", params={"cache_aligned": True})
     assert isinstance(summary, LLMSummary)
     assert summary.cache_aligned
@@ -198,3 +197,12 @@ def test_loads_by_spec_with_cache_aligned_and_passes_it_through() -> None:
     assert isinstance(both, HidingThenSummary)
     assert both.summary.cache_aligned
     assert not HidingThenSummary().summary.cache_aligned  # off by default
+
+
+def test_a_model_calling_a_tool_instead_falls_back_to_the_transcript() -> None:
+    tool_call = Message.assistant(None, tool_calls=[call("x", "read")])
+    llm = ScriptedLLM(Completion(tool_call, finish_reason="tool_calls"), SUMMARY)
+    out = asyncio.run(LLMSummary(cache_aligned=True).compact(ctx(conversation(), llm)))
+    assert out is not None
+    assert SUMMARY in out[1].text
+    assert [is_transcript(r) for r in llm.requests] == [False, True]

@@ -165,9 +165,9 @@ class LLMSummary:
             agent's model (a cache belongs to one model) and the history is the request as
             sent (no per-request transform rewrote it). When the history plus the
             instruction do not fit the input budget (``max_input_tokens``, else the window
-            minus ``max_summary_tokens``), when it ends with unanswered tool calls, or when
-            the model says it is too long, the normal transcript request is sent instead
-            and a warning says why.
+            minus ``max_summary_tokens``), when it ends with unanswered tool calls, when
+            the model says it is too long, or when it calls a tool instead of answering, the
+            normal transcript request is sent instead and a warning says why.
         tools: The agent's tool specs, sent with a cache-aligned request (a provider's
             cached prefix includes the tool definitions); ignored otherwise.
 
@@ -338,19 +338,24 @@ class LLMSummary:
         else:
             try:
                 completion = await self._complete(llm, request, aligned=True)
-            except ContextTooLongError as exc:
-                reason = f"the model refused the live history as too long ({exc})"
+            except ContextTooLongError:
+                reason = "the model refused the live history as too long"
             else:
                 text = _answer_text(completion)
-                if completion.finish_reason != "length":
+                if not text and completion.message.tool_calls:
+                    reason = "the model called tools instead of writing the summary"
+                elif completion.finish_reason != "length":
                     return _nonempty(text, completion)
-                logger.info("summary cut at the output limit; asking for a shorter one")
-                shorter = instructions + _SHORTER.format(words=max(8, words // 2))
-                retry = await self._complete(llm, [*history, Message.user(shorter)], aligned=True)
-                retry_text = _answer_text(retry)
-                if retry.finish_reason != "length":
-                    return _nonempty(retry_text, retry)
-                return _nonempty(retry_text or text, retry) + _TRUNCATED_MARKER
+                else:
+                    logger.info("summary cut at the output limit; asking for a shorter one")
+                    shorter = instructions + _SHORTER.format(words=max(8, words // 2))
+                    retry = await self._complete(
+                        llm, [*history, Message.user(shorter)], aligned=True
+                    )
+                    retry_text = _answer_text(retry)
+                    if retry.finish_reason != "length":
+                        return _nonempty(retry_text, retry)
+                    return _nonempty(retry_text or text, retry) + _TRUNCATED_MARKER
         logger.warning(
             "cache-aligned summary not possible, sending a transcript instead: %s", reason
         )
