@@ -4,11 +4,12 @@ Every trace in tests/data/traces is replayed call by call (``ctxcompact.replay``
 heuristic tokens) at a 16,000-token window with 4,000 reserved, through the recommended
 configuration (loaded from its TOML file, as a user would) and through candidate
 configurations around it: result masking alone, masking plus ToolInputClearing with
-other batch sizes and thresholds. Printed, summed over the traces, as percentages of no
-compaction in the same process: input tokens, cache-adjusted cost with cached reads at 0.1
-(flat pricing, the issue 14 target) and at Anthropic's prices, cache breaks, and whether the
-last 5 tool groups (calls and results), every error result and every message reached the
-model at every call. Then the floor: what no configuration of this family can go under.
+other batch sizes and thresholds, masking or hiding with their own ``clear_tool_inputs``.
+Printed, summed over the traces, as percentages of no compaction in the same process: input
+tokens, cache-adjusted cost with cached reads at 0.1 (flat pricing, the issue 14 target) and
+at Anthropic's prices, cache breaks, and whether the last 5 tool groups (calls and results),
+every error result and every message reached the model at every call. Then the floor: what
+no configuration of this family can go under.
 
     .venv/bin/python benchmarks/bench_recommended.py      # one run of ~25 configurations, ~1 min
 """
@@ -33,7 +34,7 @@ from ctxcompact import (
 from ctxcompact.cli._io import read_conversation
 from ctxcompact.kit import is_error_result
 from ctxcompact.replay import MemoCounter, ReplayStats, replay
-from ctxcompact.strategies import Pipeline, Schema1Masking, ToolInputClearing
+from ctxcompact.strategies import Pipeline, Schema1Masking, ToolInputClearing, ToolResultHiding
 
 ROOT = Path(__file__).resolve().parents[1]
 TRACES = ROOT / "tests" / "data" / "traces"
@@ -79,6 +80,10 @@ def mask(placeholder: str = "[masked]", **kw: Any) -> Callable[[], object]:
     return lambda: Schema1Masking(window_turns=KEEP, placeholder_template=placeholder, **kw)
 
 
+def hide(**kw: Any) -> Callable[[], object]:
+    return lambda: ToolResultHiding(preserve_recent_n=KEEP, placeholder="[masked]", **kw)
+
+
 def clear(**kw: Any) -> Callable[[], object]:
     return lambda: ToolInputClearing(keep_recent=KEEP, **kw)
 
@@ -113,6 +118,20 @@ CANDIDATES: list[tuple[str, Build]] = [
     (
         "mask + clear inputs, clear_at_least=5000 each (every call)",
         every_call(mask(clear_at_least=5_000), clear(clear_at_least=5_000, min_chars=31)),
+    ),
+    # One strategy instead of a pipeline: clear_tool_inputs clears the calls of the masked
+    # turns (a call whose error result is kept keeps its arguments).
+    *[
+        (
+            f"schema1 clear_tool_inputs, batch_turns={b}, min_chars={m}",
+            every_call(mask(batch_turns=b, clear_tool_inputs=True, clear_inputs_min_chars=m)),
+        )
+        for b in (10, 11, 12)
+        for m in ((31, 200) if b == 12 else (31,))
+    ],
+    (
+        "hiding clear_tool_inputs, batch_turns=12, min_chars=31 (errors hidden too)",
+        every_call(hide(batch_turns=12, clear_tool_inputs=True, clear_inputs_min_chars=31)),
     ),
     ("recommended.toml", from_toml),
 ]

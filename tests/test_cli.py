@@ -49,6 +49,7 @@ STATS: dict[str, type | tuple[type, ...]] = {
     "expired_calls": int,
     "summarizer_calls": int,
     "summarizer_tokens": int,
+    "summarizer_cached_tokens": int,
 }
 RATIOS = {"input_tokens", "peak_context_tokens", "cost"}
 

@@ -106,7 +106,10 @@ class MeteredLLM:
     """Wraps the summarizer LLM to count its calls and tokens during a replay.
 
     Tokens are the provider's reported input plus output; when a call reports no usage, they
-    are estimated with ``counter`` (the prompt and the answer).
+    are estimated with ``counter`` (the prompt and the answer). A call whose prompt starts
+    with messages of the previous model call's input (``previous``, which :func:`replay` sets
+    after each call it bills), as a cache-aligned summary's does, reads that prefix from the
+    provider's cache: its tokens are counted in ``cached_tokens`` (at most the call's input).
 
     Example:
         >>> import asyncio
@@ -123,6 +126,8 @@ class MeteredLLM:
         self.counter = counter
         self.calls = 0
         self.tokens = 0
+        self.cached_tokens = 0
+        self.previous: Sequence[Message] = ()
 
     async def complete(
         self,
@@ -136,13 +141,23 @@ class MeteredLLM:
             messages, system=system, tools=tools, max_tokens=max_tokens
         )
         self.calls += 1
+        prompt = [Message.system(system), *messages] if system else list(messages)
         usage = completion.usage
         if usage is not None and usage.input_tokens + usage.output_tokens > 0:
             self.tokens += usage.input_tokens + usage.output_tokens
+            input_tokens = usage.input_tokens
         else:
-            prompt = [Message.system(system), *messages] if system else list(messages)
-            self.tokens += self.counter.count(prompt)
-            self.tokens += self.counter.count_message(completion.message)
+            input_tokens = self.counter.count(prompt)
+            self.tokens += input_tokens + self.counter.count_message(completion.message)
+        previous, shared = self.previous, 0
+        limit = min(len(previous), len(prompt))
+        while shared < limit and (
+            previous[shared] is prompt[shared] or previous[shared] == prompt[shared]
+        ):
+            shared += 1
+        if shared:
+            cached = sum(self.counter.count_message(m) for m in prompt[:shared])
+            self.cached_tokens += min(cached, input_tokens)
         return completion
 
 
@@ -167,6 +182,10 @@ class ReplayStats:
             would have no room. Counted only when the replay knows the window.
         summarizer_calls: Calls made to the summarizer LLM.
         summarizer_tokens: Tokens (input + output) those calls used.
+        summarizer_cached_tokens: Of their input, the tokens repeating the previous model
+            call's input prefix, read from the cache (cache-aligned summaries).
+        summarizer_cost: Their cost in token units: the cached input at the replay's cached
+            price, everything else at 1.
         context_tokens: The input tokens of each call, in order (for plots).
         call_costs: The cache-adjusted cost of each call, in order.
         compaction_calls: The 1-based calls before which the history was compacted.
@@ -191,6 +210,8 @@ class ReplayStats:
     calls_over_window: int = 0
     summarizer_calls: int = 0
     summarizer_tokens: int = 0
+    summarizer_cached_tokens: int = 0
+    summarizer_cost: float = 0.0
     context_tokens: list[int] = field(default_factory=list)
     call_costs: list[float] = field(default_factory=list)
     compaction_calls: list[int] = field(default_factory=list)
@@ -307,6 +328,7 @@ async def _replay(
 ) -> ReplayStats:
     stats = ReplayStats()
     llm_calls, llm_tokens = (llm.calls, llm.tokens) if llm is not None else (0, 0)
+    llm_cached = llm.cached_tokens if llm is not None else 0
     if window is None and controller is not None:
         window = (controller.max_context_size, controller.reserved_context_size)
     history: list[Message] = []
@@ -335,6 +357,8 @@ async def _replay(
                 request = step.request
             bill = meter.bill(request, at=at)
             stats.add_call(bill)
+            if llm is not None:
+                llm.previous = tuple(request)  # what a cache-aligned summary reads from cache
             if window is not None and bill.input_tokens + window[1] > window[0]:
                 stats.calls_over_window += 1
             if on_call is not None:
@@ -343,6 +367,8 @@ async def _replay(
     if llm is not None:
         stats.summarizer_calls = llm.calls - llm_calls
         stats.summarizer_tokens = llm.tokens - llm_tokens
+        cached = stats.summarizer_cached_tokens = llm.cached_tokens - llm_cached
+        stats.summarizer_cost = stats.summarizer_tokens - cached + cached * meter.cached_price
     return stats
 
 

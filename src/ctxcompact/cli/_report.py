@@ -41,6 +41,7 @@ _STAT_KEYS = (
     "expired_calls",
     "summarizer_calls",
     "summarizer_tokens",
+    "summarizer_cached_tokens",
 )
 _RATIO_KEYS = ("input_tokens", "peak_context_tokens", "cost")
 

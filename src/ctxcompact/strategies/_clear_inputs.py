@@ -18,17 +18,149 @@ from ..exceptions import ConfigError
 from ._shared import batched_boundary, check_int, validate_template
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Collection, Sequence
 
     from .._contract import CompactionContext
     from .._messages import Message, ToolCall
 
-__all__ = ["INPUT_MARKER", "ToolInputClearing"]
+__all__ = ["INPUT_MARKER", "ArgumentClearer", "ToolInputClearing", "clearer_for"]
 
 INPUT_MARKER = "[cleared: {chars} chars]"
 """The default marker; ``{chars}`` is the length of the string it replaces."""
 
 _MEMO_LIMIT = 4096  # arguments remembered per instance (a proxy serves many conversations)
+
+
+class ArgumentClearer:
+    """The one implementation of clearing long string values in tool-call arguments.
+
+    :class:`ToolInputClearing` uses it, and so do ``clear_tool_inputs`` of
+    :class:`~ctxcompact.strategies.ToolResultHiding` and
+    :class:`~ctxcompact.strategies.Schema1Masking`. Every string value longer than
+    ``min_chars`` characters, at any depth of a call's JSON-object arguments, becomes
+    ``marker`` with its length; keys, ids and names stay; arguments that are not a JSON object
+    are left alone.
+
+    Args:
+        min_chars: Only string values longer than this are cleared (above the marker's length).
+        tools: Tool names whose calls are cleared (``None``: every tool).
+        marker: What replaces a value; may use ``{chars}``.
+        key: The configuration key ``min_chars`` is reported under.
+
+    Raises:
+        ConfigError: ``min_chars`` not above the marker's length, or a bad marker.
+
+    Example:
+        >>> from ctxcompact import ToolCall
+        >>> call = ToolCall(id="w1", name="Write", arguments='{"text": "' + "x" * 300 + '"}')
+        >>> ArgumentClearer().call(call)[0].arguments
+        '{"text": "[cleared: 300 chars]"}'
+    """
+
+    def __init__(
+        self,
+        *,
+        min_chars: int = 200,
+        tools: frozenset[str] | None = None,
+        marker: str = INPUT_MARKER,
+        key: str = "min_chars",
+    ) -> None:
+        if not isinstance(marker, str) or not marker:
+            raise ConfigError(f"must be a non-empty string, got {marker!r}", key="marker")
+        validate_template(marker, ("chars",), key="marker")
+        self.marker = marker
+        self.min_chars = check_int(key, min_chars)
+        longest = len(marker.format(chars=10**12))
+        if self.min_chars <= longest:
+            raise ConfigError(
+                f"must be above the marker's length ({longest}) so clearing always shrinks "
+                f"a value, got {min_chars}",
+                key=key,
+            )
+        self.tools = tools
+        self._memo: dict[str, tuple[str, int] | None] = {}
+
+    def message(
+        self, message: Message, keep_ids: Collection[str] = ()
+    ) -> tuple[Message | None, int]:
+        """``message`` with its calls' long values cleared (calls whose id is in ``keep_ids``
+        untouched) and the characters freed; ``None`` when nothing is cleared."""
+        calls = message.tool_calls or ()
+        new_calls = [(None, 0) if c.id in keep_ids else self.call(c) for c in calls]
+        if all(new is None for new, _ in new_calls):
+            return None, 0
+        replaced = [
+            call if new is None else new for call, (new, _) in zip(calls, new_calls, strict=True)
+        ]
+        return message.replace(tool_calls=replaced), sum(chars for _, chars in new_calls)
+
+    def call(self, call: ToolCall) -> tuple[ToolCall | None, int]:
+        """The call with its long values cleared and the characters freed; ``None`` if
+        nothing is cleared."""
+        if self.tools is not None and call.name not in self.tools:
+            return None, 0
+        arguments = call.arguments
+        if arguments in self._memo:
+            hit = self._memo[arguments]
+        else:
+            hit = self._cleared_arguments(arguments)
+            if len(self._memo) >= _MEMO_LIMIT:
+                self._memo.clear()
+            self._memo[arguments] = hit
+        if hit is None:
+            return None, 0
+        return call.model_copy(update={"arguments": hit[0]}), hit[1]
+
+    def _cleared_arguments(self, arguments: str) -> tuple[str, int] | None:
+        if len(arguments) <= self.min_chars:
+            return None  # no string value inside can be longer than the whole text
+        try:
+            parsed = json.loads(arguments)
+        except ValueError:
+            return None
+        if not isinstance(parsed, dict):
+            return None
+        changed = [False]
+        cleared = self._clear_value(parsed, changed)
+        if not changed[0]:
+            return None
+        text = json.dumps(cleared, ensure_ascii=False)
+        return text, len(arguments) - len(text)
+
+    def _clear_value(self, value: Any, changed: list[bool]) -> Any:
+        if isinstance(value, str):
+            if len(value) > self.min_chars:
+                changed[0] = True
+                return self.marker.format(chars=len(value))
+            return value
+        if isinstance(value, dict):
+            return {key: self._clear_value(item, changed) for key, item in value.items()}
+        if isinstance(value, list):
+            return [self._clear_value(item, changed) for item in value]
+        return value
+
+
+def clearer_for(clear_tool_inputs: Sequence[str] | bool, min_chars: int) -> ArgumentClearer | None:
+    """The clearer for a strategy's ``clear_tool_inputs`` setting (``None`` when off).
+
+    Raises:
+        ConfigError: Neither a boolean nor a list of tool names (``key`` names the setting).
+    """
+    # Built (and so checked) even when off: a bad min_chars is reported either way.
+    clearer = ArgumentClearer(min_chars=min_chars, key="clear_inputs_min_chars")
+    if clear_tool_inputs is True or clear_tool_inputs is False:
+        return clearer if clear_tool_inputs else None
+    if not isinstance(clear_tool_inputs, (list, tuple, set, frozenset)) or not all(
+        isinstance(t, str) and t for t in clear_tool_inputs
+    ):
+        raise ConfigError(
+            f"must be true, false or a list of tool names, got {clear_tool_inputs!r}",
+            key="clear_tool_inputs",
+        )
+    if not clear_tool_inputs:
+        return None
+    clearer.tools = frozenset(clear_tool_inputs)
+    return clearer
 
 
 class ToolInputClearing:
@@ -79,20 +211,12 @@ class ToolInputClearing:
         self.keep_recent = check_int("keep_recent", keep_recent)
         self.batch_turns = check_int("batch_turns", batch_turns)
         self.clear_at_least = check_int("clear_at_least", clear_at_least)
-        if not isinstance(marker, str) or not marker:
-            raise ConfigError(f"must be a non-empty string, got {marker!r}", key="marker")
-        validate_template(marker, ("chars",), key="marker")
+        self._clearer = ArgumentClearer(
+            min_chars=min_chars, tools=_tool_names(tools), marker=marker
+        )
         self.marker = marker
-        self.min_chars = check_int("min_chars", min_chars)
-        longest = len(marker.format(chars=10**12))
-        if self.min_chars <= longest:
-            raise ConfigError(
-                f"must be above the marker's length ({longest}) so clearing always shrinks "
-                f"a value, got {min_chars}",
-                key="min_chars",
-            )
-        self.tools = _tool_names(tools)
-        self._memo: dict[str, tuple[str, int] | None] = {}
+        self.min_chars = self._clearer.min_chars
+        self.tools = self._clearer.tools
 
     def __repr__(self) -> str:
         tools = "all" if self.tools is None else sorted(self.tools)
@@ -115,25 +239,8 @@ class ToolInputClearing:
         boundary = len(groups) - self.keep_recent
         if boundary <= 0:
             return None
-        rewritten: list[Message | None] = []
-        freed: list[int] = []
-        for group in groups[:boundary]:
-            message = history[group.call_index]
-            calls = message.tool_calls or ()
-            new_calls = [self._cleared_call(call) for call in calls]
-            if all(new is None for new, _ in new_calls):
-                rewritten.append(None)
-                freed.append(0)
-                continue
-            rewritten.append(
-                message.replace(
-                    tool_calls=[
-                        call if new is None else new
-                        for call, (new, _) in zip(calls, new_calls, strict=True)
-                    ]
-                )
-            )
-            freed.append(sum(chars for _, chars in new_calls))
+        clearer = self._clearer
+        rewritten = [clearer.message(history[g.call_index])[0] for g in groups[:boundary]]
         if self.batch_turns or self.clear_at_least:
             counter = token_counter or HeuristicTokenCounter()
             tokens = [
@@ -155,51 +262,6 @@ class ToolInputClearing:
                     out = list(history)
                 out[group.call_index] = new
         return out
-
-    def _cleared_call(self, call: ToolCall) -> tuple[ToolCall | None, int]:
-        """The call with its long values cleared and the characters freed; ``None`` if
-        nothing is cleared."""
-        if self.tools is not None and call.name not in self.tools:
-            return None, 0
-        arguments = call.arguments
-        if arguments in self._memo:
-            hit = self._memo[arguments]
-        else:
-            hit = self._cleared_arguments(arguments)
-            if len(self._memo) >= _MEMO_LIMIT:
-                self._memo.clear()
-            self._memo[arguments] = hit
-        if hit is None:
-            return None, 0
-        return call.model_copy(update={"arguments": hit[0]}), hit[1]
-
-    def _cleared_arguments(self, arguments: str) -> tuple[str, int] | None:
-        if len(arguments) <= self.min_chars:
-            return None  # no string value inside can be longer than the whole text
-        try:
-            parsed = json.loads(arguments)
-        except ValueError:
-            return None
-        if not isinstance(parsed, dict):
-            return None
-        changed = [False]
-        cleared = self._clear_value(parsed, changed)
-        if not changed[0]:
-            return None
-        text = json.dumps(cleared, ensure_ascii=False)
-        return text, len(arguments) - len(text)
-
-    def _clear_value(self, value: Any, changed: list[bool]) -> Any:
-        if isinstance(value, str):
-            if len(value) > self.min_chars:
-                changed[0] = True
-                return self.marker.format(chars=len(value))
-            return value
-        if isinstance(value, dict):
-            return {key: self._clear_value(item, changed) for key, item in value.items()}
-        if isinstance(value, list):
-            return [self._clear_value(item, changed) for item in value]
-        return value
 
 
 def _tool_names(tools: Sequence[str] | str | bool | None) -> frozenset[str] | None:

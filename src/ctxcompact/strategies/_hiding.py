@@ -8,6 +8,7 @@ from .._groups import ToolGroup, tool_groups
 from .._messages import Message, TextPart
 from .._tokens import HeuristicTokenCounter, TokenCounter
 from ..exceptions import ConfigError
+from ._clear_inputs import clearer_for
 from ._shared import (
     HIDDEN_PLACEHOLDER,
     PlaceholderCost,
@@ -47,9 +48,17 @@ class ToolResultHiding:
         clear_at_least: When > 0, hide more only where the tokens freed (each result's
             tokens minus its placeholder's), counted from the oldest group, cross a multiple
             of this (Anthropic's ``clear_at_least`` idea).
+        clear_tool_inputs: Also clear the calls of the groups whose results are hidden
+            (``True``: every tool; a list: those tool names; ``False``: off, the default):
+            each string value longer than ``clear_inputs_min_chars`` in their arguments
+            becomes ``[cleared: N chars]``, as :class:`~ctxcompact.strategies.ToolInputClearing`
+            does. The arguments stay a JSON object with the same keys; ids and names never
+            change; the kept groups are untouched.
+        clear_inputs_min_chars: Only longer string values are cleared.
 
     Raises:
-        ConfigError: A negative count or a non-string placeholder.
+        ConfigError: A negative count, a non-string placeholder, or ``clear_tool_inputs``
+            neither a boolean nor a list of names.
 
     Example:
         >>> from ctxcompact import Message, ToolCall
@@ -66,6 +75,8 @@ class ToolResultHiding:
         placeholder: str = HIDDEN_PLACEHOLDER,
         batch_turns: int = 0,
         clear_at_least: int = 0,
+        clear_tool_inputs: bool | Sequence[str] = False,
+        clear_inputs_min_chars: int = 200,
     ) -> None:
         self.preserve_recent_n = check_int("preserve_recent_n", preserve_recent_n)
         self.batch_turns = check_int("batch_turns", batch_turns)
@@ -73,11 +84,14 @@ class ToolResultHiding:
         if not isinstance(placeholder, str) or not placeholder:
             raise ConfigError(f"must be a non-empty string, got {placeholder!r}", key="placeholder")
         self.placeholder = placeholder
+        self.clear_tool_inputs = clear_tool_inputs
+        self._clearer = clearer_for(clear_tool_inputs, clear_inputs_min_chars)
 
     def __repr__(self) -> str:
         return (
             f"ToolResultHiding(preserve_recent_n={self.preserve_recent_n}, "
-            f"batch_turns={self.batch_turns}, clear_at_least={self.clear_at_least})"
+            f"batch_turns={self.batch_turns}, clear_at_least={self.clear_at_least}, "
+            f"clear_tool_inputs={self.clear_tool_inputs!r})"
         )
 
     async def compact(self, ctx: CompactionContext) -> list[Message] | None:
@@ -89,43 +103,73 @@ class ToolResultHiding:
     ) -> list[Message] | None:
         """The synchronous core of :meth:`compact` (the heuristic when ``token_counter`` is
         ``None``)."""
-        indices = self.hidden_indices(history, token_counter=token_counter)
-        if not indices:
+        indices, cleared = self._plan(history, token_counter)
+        if not indices and not cleared:
             return None
         placeholder = self.placeholder
-        return rewrite_contents(history, [(i, placeholder) for i in indices])
+        out = rewrite_contents(history, [(i, placeholder) for i in indices])
+        for i, message in cleared:
+            out[i] = message
+        return out
 
     def hidden_indices(
         self, history: Sequence[Message], *, token_counter: TokenCounter | None = None
     ) -> list[int]:
         """Indices of the tool messages :meth:`hide` would replace, oldest first."""
-        cost = PlaceholderCost(token_counter or HeuristicTokenCounter())
+        return self._plan(history, token_counter)[0]
+
+    def _plan(
+        self, history: Sequence[Message], token_counter: TokenCounter | None
+    ) -> tuple[list[int], list[tuple[int, Message]]]:
+        """The results to hide and ``(index, copy)`` of each call message whose arguments
+        ``clear_tool_inputs`` clears (the calls of the old groups)."""
+        counter = token_counter or HeuristicTokenCounter()
+        cost = PlaceholderCost(counter)
         tokens = cost.tokens(self.placeholder)
+        clearer = self._clearer
         if not (self.batch_turns or self.clear_at_least):
             # The common case, in one tight pass (no group objects): see the benchmark.
             stop = old_groups_end(history, self.preserve_recent_n)
             bound = cost.char_bound(tokens)
-            return [
+            indices = [
                 i
                 for i in group_results(history, stop)
                 if self._saved(history[i], cost, tokens, bound) > 0
             ]
+            if clearer is None:
+                return indices, []
+            calls = [(i, clearer.message(history[i])[0]) for i in _call_indices(history, stop)]
+            return indices, [(i, new) for i, new in calls if new is not None]
         groups = tool_groups(history)
         boundary = len(groups) - self.preserve_recent_n
         if boundary <= 0:
-            return []
+            return [], []
         # Each old group's results to hide, with the tokens each frees: computed once, both
         # to place the boundary and to list the indices. Long results are counted only for
         # ``clear_at_least``, which needs what each frees.
         limit = None if self.clear_at_least else cost.char_bound(tokens)
         hideable = [self._to_hide(history, g, cost, tokens, limit) for g in groups[:boundary]]
+        cleared = [
+            None if clearer is None else clearer.message(history[g.call_index])[0]
+            for g in groups[:boundary]
+        ]
+        freed_inputs = [
+            0
+            if new is None or not self.clear_at_least
+            else counter.count_message(history[g.call_index]) - counter.count_message(new)
+            for g, new in zip(groups, cleared, strict=False)
+        ]
         boundary = batched_boundary(
             boundary,
             batch_turns=self.batch_turns,
             clear_at_least=self.clear_at_least,
-            unit_tokens=lambda k: sum(saved for _, saved in hideable[k]),
+            unit_tokens=lambda k: sum(saved for _, saved in hideable[k]) + freed_inputs[k],
         )
-        return [i for group in hideable[:boundary] for i, _ in group]
+        return [i for group in hideable[:boundary] for i, _ in group], [
+            (g.call_index, new)
+            for g, new in zip(groups[:boundary], cleared, strict=False)
+            if new is not None
+        ]
 
     def _to_hide(
         self,
@@ -163,3 +207,8 @@ class ToolResultHiding:
         ):
             return 0
         return cost.saved(message, placeholder, tokens)
+
+
+def _call_indices(history: Sequence[Message], stop: int) -> list[int]:
+    """Indices of the assistant messages with tool calls before ``stop`` (the groups' calls)."""
+    return [i for i in range(stop) if history[i].tool_calls and history[i].role == "assistant"]

@@ -22,7 +22,7 @@ from ._summary import SUMMARY_PROMPT, LLMSummary
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from .._contract import CompactionContext
+    from .._contract import CompactionContext, ToolSpec
     from .._messages import Message
     from .._tokens import TokenCounter
 
@@ -60,6 +60,10 @@ class HidingThenSummary:
         max_summary_tokens: The summarizer's ``max_tokens``.
         max_input_tokens: Budget of the summarizer's request (see :class:`LLMSummary`).
         prompt: The summarizer's instructions.
+        cache_aligned: Ask for the summary as the continuation of the live history, which the
+            provider has cached (see :class:`LLMSummary`); after hiding, the request sends the
+            history as the agent last sent it, not the hidden one.
+        tools: The agent's tool specs, sent with a cache-aligned request.
 
     Example:
         >>> import asyncio
@@ -72,7 +76,7 @@ class HidingThenSummary:
         >>> ctx = CompactionContext(h, 3100, 4000, 1000, llm=ScriptedLLM())  # 3100 + 1000 >= 4000
         >>> out = asyncio.run(HidingThenSummary(preserve_recent_n=1).compact(ctx))
         >>> [len(m.text) for m in out if m.role == "tool"]  # ~2000 tokens saved: no summary
-        [32, 32, 3500]
+        [24, 24, 3500]
     """
 
     def __init__(
@@ -86,6 +90,8 @@ class HidingThenSummary:
         max_summary_tokens: int = 4096,
         max_input_tokens: int | None = None,
         prompt: str = SUMMARY_PROMPT,
+        cache_aligned: bool = False,
+        tools: Sequence[ToolSpec] | None = None,
     ) -> None:
         if fallback not in ("estimate", "noop-only"):
             raise ConfigError(
@@ -99,6 +105,8 @@ class HidingThenSummary:
             max_summary_tokens=max_summary_tokens,
             max_input_tokens=max_input_tokens,
             prompt=prompt,
+            cache_aligned=cache_aligned,
+            tools=tools,
         )
 
     @property
@@ -137,7 +145,7 @@ class HidingThenSummary:
         )
         hidden_ctx = dataclasses.replace(ctx, history=hidden, token_count=max(0, estimate))
         try:
-            summarized = await self.summary.compact(hidden_ctx)
+            summarized = await self.summary.compact(hidden_ctx, live=ctx.history)
         except (LLMError, SummaryRejectedError) as exc:
             logger.warning("summary after hiding failed, keeping the hidden history: %s", exc)
             return hidden

@@ -22,6 +22,7 @@ from .._groups import tool_groups
 from .._messages import Message, ToolCall, construct
 from .._tokens import HeuristicTokenCounter, TokenCounter
 from ..exceptions import ConfigError
+from ._clear_inputs import ArgumentClearer, clearer_for
 from ._errors import looks_like_error
 from ._shared import (
     SCHEMA1_FIELDS,
@@ -84,12 +85,17 @@ def _mask_plan(
     *,
     flagged: Callable[[int], bool],
     cost: PlaceholderCost,
-) -> list[tuple[int, str]]:
-    """``(index, placeholder)`` for every tool result to mask, oldest first."""
+    clearer: ArgumentClearer | None = None,
+    counter: TokenCounter | None = None,
+) -> tuple[list[tuple[int, str]], list[tuple[int, Message]]]:
+    """``(index, placeholder)`` for every tool result to mask, oldest first, and
+    ``(index, copy)`` for every call message whose arguments ``clearer`` clears: the calls
+    of the masked turns, except those whose result is kept (an error, the last K of a tool,
+    list content)."""
     groups = tool_groups(history)
     boundary = len(groups) - policy.window_turns
     if boundary <= 0:
-        return []
+        return [], []
     template = policy.placeholder_template
     masked_already = placeholder_pattern(template).fullmatch
     names = [call_names(history[g.call_index]) for g in groups]
@@ -109,14 +115,18 @@ def _mask_plan(
     # Exact counts only serve clear_at_least; otherwise cost.shrinks counts as little as it can.
     count_all = policy.clear_at_least > 0
 
-    def maskable(g_index: int) -> list[tuple[int, str, int]]:
-        """``(index, placeholder, tokens freed)`` for each result of the group to mask."""
+    def maskable(g_index: int, kept: set[str]) -> list[tuple[int, str, int]]:
+        """``(index, placeholder, tokens freed)`` for each result of the group to mask; the
+        ids of the results kept for a reason of their own are added to ``kept``."""
         out = []
         for i in groups[g_index].result_indices:
             msg = history[i]
             content = msg.content
             call_id = msg.tool_call_id
-            if i in keep or not call_id or not isinstance(content, str):
+            if not call_id:
+                continue
+            if i in keep or not isinstance(content, str):
+                kept.add(call_id)
                 continue
             if masked_already(content):
                 continue
@@ -130,22 +140,40 @@ def _mask_plan(
                     continue  # masking it would make the prompt bigger, not smaller
             elif cost.shrinks(msg, text):
                 saved = 1  # positive; the amount only matters to clear_at_least
+            elif clearer is None:
+                continue
             else:
-                continue
+                saved = 0  # too short to mask; its call is cleared unless it is an error
             if policy.keep_errors and (flagged(i) or looks_like_error(content)):
+                kept.add(call_id)
                 continue
-            out.append((i, text, saved))
+            if saved > 0:
+                out.append((i, text, saved))
         return out
 
-    per_group = [maskable(g_index) for g_index in range(boundary)]
+    kept_ids: list[set[str]] = [set() for _ in range(boundary)]
+    per_group = [maskable(g_index, kept_ids[g_index]) for g_index in range(boundary)]
+    cleared: list[Message | None] = [None] * boundary
+    freed_inputs = [0] * boundary
+    if clearer is not None:
+        for g_index in range(boundary):
+            call_message = history[groups[g_index].call_index]
+            new = clearer.message(call_message, kept_ids[g_index])[0]
+            cleared[g_index] = new
+            if new is not None and count_all and counter is not None:
+                freed_inputs[g_index] = counter.count_message(call_message) - counter.count_message(
+                    new
+                )
     if policy.batch_turns > 0 or policy.clear_at_least > 0:
         boundary = batched_boundary(
             boundary,
             batch_turns=policy.batch_turns,
             clear_at_least=policy.clear_at_least,
-            unit_tokens=lambda g: sum(saved for _, _, saved in per_group[g]),
+            unit_tokens=lambda g: sum(saved for _, _, saved in per_group[g]) + freed_inputs[g],
         )
-    return [(i, text) for group in per_group[:boundary] for i, text, _ in group]
+    return [(i, text) for group in per_group[:boundary] for i, text, _ in group], [
+        (groups[g].call_index, new) for g, new in enumerate(cleared[:boundary]) if new is not None
+    ]
 
 
 def _bare(cls: type[_M], fields: dict[str, object]) -> _M:
@@ -237,7 +265,7 @@ def mask_old_tool_results(messages: list[ChatMessage], policy: MaskPolicy) -> li
         raw = messages[i]
         return isinstance(raw, Mapping) and raw.get("is_error") is True
 
-    plan = _mask_plan(skeleton, policy, flagged=flagged, cost=PlaceholderCost(counter))
+    plan, _ = _mask_plan(skeleton, policy, flagged=flagged, cost=PlaceholderCost(counter))
     out = list(messages)
     for i, text in plan:
         out[i] = {**messages[i], "content": text}
@@ -267,9 +295,18 @@ class Schema1Masking:
         clear_at_least: When > 0, move it only where it frees a further multiple of this many
             tokens (each result's tokens minus its placeholder's, counted from the oldest
             turn), so the cached prompt prefix stays put.
+        clear_tool_inputs: Also clear the calls of the masked turns (``True``: every tool;
+            a list: those tool names; ``False``: off, the default): each string value longer
+            than ``clear_inputs_min_chars`` in their arguments becomes ``[cleared: N chars]``,
+            as :class:`~ctxcompact.strategies.ToolInputClearing` does. A call whose result is
+            kept (an error, the last K of its tool, list content) keeps its arguments; the
+            arguments stay a JSON object with the same keys; ids and names never change;
+            the window's turns are untouched.
+        clear_inputs_min_chars: Only longer string values are cleared.
 
     Raises:
-        ConfigError: A negative count or a template with unknown fields.
+        ConfigError: A negative count, a template with unknown fields, or
+            ``clear_tool_inputs`` neither a boolean nor a list of names.
 
     Example:
         >>> strategy = Schema1Masking(window_turns=4, keep_last_k_per_tool=1)
@@ -286,6 +323,8 @@ class Schema1Masking:
         placeholder_template: str = SCHEMA1_PLACEHOLDER,
         batch_turns: int = 0,
         clear_at_least: int = 0,
+        clear_tool_inputs: bool | Sequence[str] = False,
+        clear_inputs_min_chars: int = 200,
     ) -> None:
         if not isinstance(placeholder_template, str):
             raise ConfigError(
@@ -301,6 +340,8 @@ class Schema1Masking:
             batch_turns=check_int("batch_turns", batch_turns),
             clear_at_least=check_int("clear_at_least", clear_at_least),
         )
+        self.clear_tool_inputs = clear_tool_inputs
+        self._clearer = clearer_for(clear_tool_inputs, clear_inputs_min_chars)
 
     @classmethod
     def from_policy(cls, policy: MaskPolicy) -> Schema1Masking:
@@ -329,7 +370,8 @@ class Schema1Masking:
         return (
             f"Schema1Masking(window_turns={p.window_turns}, "
             f"keep_errors={p.keep_errors}, keep_last_k_per_tool={p.keep_last_k_per_tool}, "
-            f"batch_turns={p.batch_turns}, clear_at_least={p.clear_at_least})"
+            f"batch_turns={p.batch_turns}, clear_at_least={p.clear_at_least}, "
+            f"clear_tool_inputs={self.clear_tool_inputs!r})"
         )
 
     async def compact(self, ctx: CompactionContext) -> list[Message] | None:
@@ -344,14 +386,20 @@ class Schema1Masking:
         policy = self.policy
         if policy.window_turns <= 0:
             return None
-        cost = PlaceholderCost(token_counter or HeuristicTokenCounter())
+        counter = token_counter or HeuristicTokenCounter()
+        cost = PlaceholderCost(counter)
 
         def flagged(i: int) -> bool:
             # The flag lives in the extras; most results have none, so skip the property.
             message = history[i]
             return bool(message.__pydantic_extra__) and message.is_error
 
-        plan = _mask_plan(history, policy, flagged=flagged, cost=cost)
-        if not plan:
+        plan, cleared = _mask_plan(
+            history, policy, flagged=flagged, cost=cost, clearer=self._clearer, counter=counter
+        )
+        if not plan and not cleared:
             return None
-        return rewrite_contents(history, plan)
+        out = rewrite_contents(history, plan)
+        for i, message in cleared:
+            out[i] = message
+        return out

@@ -34,10 +34,11 @@ from ._shared import check_int
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from .._contract import CompactionContext, Completion
+    from .._contract import CompactionContext, Completion, ToolSpec
     from .._tokens import TokenCounter
 
 __all__ = [
+    "ALIGNED_SUMMARY_HEAD",
     "MAX_GARBAGE_FRACTION",
     "SUMMARIZER_SYSTEM",
     "SUMMARY_LENGTH_FACTOR",
@@ -61,11 +62,7 @@ SUMMARIZER_SYSTEM = (
 )
 """The system prompt of the summarizer's request."""
 
-SUMMARY_PROMPT = """\
-The messages above are the older part of a conversation between a user and an AI agent that \
-uses tools. The most recent messages are kept verbatim after your summary and are not shown \
-here. Write a summary that lets the agent continue the work without the original messages.
-
+_SUMMARY_BODY = """\
 Cover, in this order of priority:
 1. Current task state: what the user asked for (quote their requests and any feedback that \
 changed them), what is being worked on right now and how far it has got.
@@ -84,7 +81,28 @@ Rules:
 update what changed, drop what no longer matters. Do not nest or quote it whole.
 - Leave out pleasantries, repetition and dead ends (keep their lesson).
 - Plain text under the five headings above. No preamble, do not address the user."""
+SUMMARY_PROMPT = (
+    "The messages above are the older part of a conversation between a user and an AI agent "
+    "that uses tools. The most recent messages are kept verbatim after your summary and are "
+    "not shown here. Write a summary that lets the agent continue the work without the "
+    "original messages.\n\n" + _SUMMARY_BODY
+)
 """The default instructions, appended after the transcript of the messages to summarize."""
+
+ALIGNED_SUMMARY_HEAD = (
+    "[ctxcompact] Pause the task: this message is not from the user. Do not call tools and "
+    "do not continue the work. {scope} is about to be replaced by a summary that you write "
+    "now, and the agent will continue from it as if it were its own memory. Write a summary "
+    "that lets the work go on without the original messages.\n\n"
+)
+"""How a cache-aligned request's instruction starts (``cache_aligned=True``); ``{scope}``
+says what is replaced. The default prompt's priorities and rules follow it."""
+
+_ALL_SO_FAR = "Everything in this conversation so far"
+_BEFORE_LAST = (
+    "Everything in this conversation before its last {kept} user and assistant messages "
+    "(those stay verbatim after the summary)"
+)
 
 SUMMARY_LENGTH_FACTOR = 2
 """A summary's text (without :data:`SUMMARY_PREFIX`) may cost at most this many times
@@ -139,6 +157,19 @@ class LLMSummary:
             ``ctx.token_counter``. Oversized items are cut head + tail to fit it.
         prompt: The instructions placed after the transcript (default :data:`SUMMARY_PROMPT`).
         system_prompt: The summarizer's system prompt (default :data:`SUMMARIZER_SYSTEM`).
+        cache_aligned: Send the live history itself, unchanged, plus one appended user
+            instruction (:data:`ALIGNED_SUMMARY_HEAD`, then ``prompt``'s priorities), with no
+            system prompt of the summarizer's and the agent's ``tools``: the request starts
+            with the prefix the provider has cached from the agent's last call, so most of
+            it is billed as a cache read. It pays off only when the summarizer *is* the
+            agent's model (a cache belongs to one model) and the history is the request as
+            sent (no per-request transform rewrote it). When the history plus the
+            instruction do not fit the input budget (``max_input_tokens``, else the window
+            minus ``max_summary_tokens``), when it ends with unanswered tool calls, when
+            the model says it is too long, or when it calls a tool instead of answering, the
+            normal transcript request is sent instead and a warning says why.
+        tools: The agent's tool specs, sent with a cache-aligned request (a provider's
+            cached prefix includes the tool definitions); ignored otherwise.
 
     Example:
         >>> import asyncio
@@ -161,6 +192,8 @@ class LLMSummary:
         max_input_tokens: int | None = None,
         prompt: str = SUMMARY_PROMPT,
         system_prompt: str = SUMMARIZER_SYSTEM,
+        cache_aligned: bool = False,
+        tools: Sequence[ToolSpec] | None = None,
     ) -> None:
         check_int("max_preserved_messages", max_preserved_messages)
         check_int("max_summary_tokens", max_summary_tokens, minimum=16)
@@ -172,16 +205,25 @@ class LLMSummary:
         self.max_input_tokens = max_input_tokens
         self.prompt = prompt
         self.system_prompt = system_prompt
+        self.cache_aligned = bool(cache_aligned)
+        self.tools = None if tools is None else list(tools)
 
     def __repr__(self) -> str:
         return (
             f"LLMSummary(max_preserved_messages={self.max_preserved_messages}, "
             f"max_summary_tokens={self.max_summary_tokens}, "
-            f"max_input_tokens={self.max_input_tokens})"
+            f"max_input_tokens={self.max_input_tokens}, cache_aligned={self.cache_aligned})"
         )
 
-    async def compact(self, ctx: CompactionContext) -> Sequence[Message] | None:
-        """Summarize the old part of ``ctx.history``; ``None`` when there is none."""
+    async def compact(
+        self, ctx: CompactionContext, *, live: Sequence[Message] | None = None
+    ) -> Sequence[Message] | None:
+        """Summarize the old part of ``ctx.history``; ``None`` when there is none.
+
+        ``live``: the request the agent last sent, when ``ctx.history`` is a rewrite of it
+        with the same messages at the same positions (hidden results); a cache-aligned
+        request sends it instead of ``ctx.history`` (the provider cached it).
+        """
         llm = self.llm if self.llm is not None else ctx.llm
         if llm is None:
             raise LLMRequiredError(
@@ -198,8 +240,11 @@ class LLMSummary:
         to_summarize = [m for m in old if m.role not in _SYSTEM_ROLES]
         if not to_summarize or (len(to_summarize) == 1 and _is_summary(to_summarize[0])):
             return None
-        items = _render(to_summarize)
-        text = await self._summarize(llm, items, ctx)
+        text = None
+        if self.cache_aligned:
+            text = await self._summarize_aligned(llm, ctx, ctx.history if live is None else live)
+        if text is None:
+            text = await self._summarize(llm, _render(to_summarize), ctx)
         summary = Message.user(SUMMARY_PREFIX + text)
         check_summary(
             text,
@@ -268,7 +313,61 @@ class LLMSummary:
             return _nonempty(retry_text, retry)
         return _nonempty(retry_text or text, retry) + _TRUNCATED_MARKER
 
-    async def _complete(self, llm: LLM, messages: list[Message]) -> Completion:
+    async def _summarize_aligned(
+        self, llm: LLM, ctx: CompactionContext, history: Sequence[Message]
+    ) -> str | None:
+        """The summary asked as the continuation of the live ``history``; ``None`` (after a
+        warning) when the normal request must be sent instead."""
+        budget = self.max_input_tokens or (ctx.max_context_size - self.max_summary_tokens)
+        words = max(16, int(self.max_summary_tokens * 0.6))
+        kept = self.max_preserved_messages
+        scope = _BEFORE_LAST.format(kept=kept) if kept else _ALL_SO_FAR
+        body = _SUMMARY_BODY if self.prompt == SUMMARY_PROMPT else self.prompt
+        instructions = (
+            ALIGNED_SUMMARY_HEAD.format(scope=scope)
+            + f"{body}\n\nKeep the summary under about {words} words."
+        )
+        request = [*history, Message.user(instructions)]
+        if history and history[-1].role == "assistant" and history[-1].tool_calls:
+            reason = "the history ends with tool calls that have no results yet"
+        elif (tokens := ctx.token_counter.count(request)) > budget:
+            reason = (
+                f"the live history and the instruction (~{tokens} tokens) exceed the "
+                f"summarizer's input budget of {budget}"
+            )
+        else:
+            try:
+                completion = await self._complete(llm, request, aligned=True)
+            except ContextTooLongError:
+                reason = "the model refused the live history as too long"
+            else:
+                text = _answer_text(completion)
+                if not text and completion.message.tool_calls:
+                    reason = "the model called tools instead of writing the summary"
+                elif completion.finish_reason != "length":
+                    return _nonempty(text, completion)
+                else:
+                    logger.info("summary cut at the output limit; asking for a shorter one")
+                    shorter = instructions + _SHORTER.format(words=max(8, words // 2))
+                    retry = await self._complete(
+                        llm, [*history, Message.user(shorter)], aligned=True
+                    )
+                    retry_text = _answer_text(retry)
+                    if retry.finish_reason != "length":
+                        return _nonempty(retry_text, retry)
+                    return _nonempty(retry_text or text, retry) + _TRUNCATED_MARKER
+        logger.warning(
+            "cache-aligned summary not possible, sending a transcript instead: %s", reason
+        )
+        return None
+
+    async def _complete(
+        self, llm: LLM, messages: list[Message], *, aligned: bool = False
+    ) -> Completion:
+        if aligned:  # the live request's own system messages and tools: its cached prefix
+            return await llm.complete(
+                messages, tools=self.tools, max_tokens=self.max_summary_tokens
+            )
         return await llm.complete(
             messages, system=self.system_prompt, max_tokens=self.max_summary_tokens
         )
