@@ -206,3 +206,28 @@ def test_a_model_calling_a_tool_instead_falls_back_to_the_transcript() -> None:
     assert out is not None
     assert SUMMARY in out[1].text
     assert [is_transcript(r) for r in llm.requests] == [False, True]
+
+
+async def test_the_agent_passes_its_tools_to_a_cache_aligned_summary() -> None:
+    from ctxcompact import Agent, tool
+
+    @tool
+    def read(path: str) -> str:
+        """Read a file."""
+        return "x" * 3_000
+
+    calls = [assistant(None, call(f"c{k}", "read", '{"path": "a"}')) for k in range(6)]
+    llm = ScriptedLLM(*calls, SUMMARY, "done")
+    agent = Agent(
+        llm,
+        tools=[read],
+        compaction=LLMSummary(cache_aligned=True, max_summary_tokens=512),  # no tools of its own
+        max_context_size=20_000,
+        reserved_context_size=15_000,
+    )
+    assert await agent.run("read a six times") == "done"
+    summary_requests = [
+        r for r in llm.requests if r.messages and ALIGNED_SUMMARY_HEAD[:20] in r.messages[-1].text
+    ]
+    assert summary_requests, "the window is small enough that a summary must be asked"
+    assert all(r.tools == tuple(agent.tool_specs) for r in summary_requests)

@@ -375,7 +375,10 @@ class Agent:
         error: ContextTooLongError | None = None
         for _ in range(MAX_CONTEXT_RETRIES + 1):
             step = await self.controller.step(
-                self.history, max_output_tokens=self.max_tokens, force=error is not None
+                self.history,
+                max_output_tokens=self.max_tokens,
+                force=error is not None,
+                tools=self.tool_specs or None,
             )
             if step.compacted:
                 self.history = list(step.history)

@@ -113,6 +113,8 @@ class CompactionContext:
         token_counter: Estimates tokens of messages, for strategies that budget.
         max_output_tokens: The answer budget (``max_tokens``) of the request being prepared,
             when known: per-request transforms that trim to the window keep it free.
+        tools: The tools the live request offers, when known: a cache-aligned summary sends
+            them so the provider reads its cached prefix.
 
     Example:
         >>> ctx = CompactionContext([Message.user("hi")], 10, 1000, 100)
@@ -127,6 +129,7 @@ class CompactionContext:
     llm: LLM | None = None
     token_counter: TokenCounter = field(default_factory=HeuristicTokenCounter)
     max_output_tokens: int | None = None
+    tools: Sequence[ToolSpec] | None = None
 
 
 @runtime_checkable

@@ -44,7 +44,7 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
 
     from ._config import Config
-    from ._contract import LLM, Usage
+    from ._contract import LLM, ToolSpec, Usage
     from ._messages import Message
     from ._store_records import OriginalsStore
 
@@ -358,8 +358,12 @@ class CompactionController:
         force: bool = False,
         state: ControllerState | None = None,
         reserved_context_size: int | None = None,
+        tools: Sequence[ToolSpec] | None = None,
     ) -> CompactionResult:
         """Compact ``history`` when a trigger fires (or ``force``).
+
+        ``tools`` are the live request's tools, passed to the strategy in the context (a
+        cache-aligned summary sends them to keep the provider's cached prefix).
 
         ``history`` is never mutated; the result holds the input object itself whenever
         nothing changed (not triggered, skipped, no-op, rejected, failed), otherwise a new
@@ -410,6 +414,7 @@ class CompactionController:
             reserved_context_size=reserved,
             llm=self.llm,
             token_counter=self.token_counter,
+            tools=tools,
         )
         start = time.perf_counter()
         try:
@@ -575,6 +580,7 @@ class CompactionController:
         force: bool = False,
         state: ControllerState | None = None,
         reserved_context_size: int | None = None,
+        tools: Sequence[ToolSpec] | None = None,
     ) -> Step:
         """Prepare one model call: :meth:`compact` the stored history, then :meth:`prepare`.
 
@@ -583,7 +589,11 @@ class CompactionController:
         ``step.request``.
         """
         result = await self.compact(
-            history, force=force, state=state, reserved_context_size=reserved_context_size
+            history,
+            force=force,
+            state=state,
+            reserved_context_size=reserved_context_size,
+            tools=tools,
         )
         prepared = await self.prepare(
             result.history, max_output_tokens=max_output_tokens, state=state

@@ -328,6 +328,8 @@ class LLMSummary:
             + f"{body}\n\nKeep the summary under about {words} words."
         )
         request = [*history, Message.user(instructions)]
+        # Its own tools when given, else the live request's (the agent passes them).
+        tools = self.tools if self.tools is not None else ctx.tools
         if history and history[-1].role == "assistant" and history[-1].tool_calls:
             reason = "the history ends with tool calls that have no results yet"
         elif (tokens := ctx.token_counter.count(request)) > budget:
@@ -337,7 +339,7 @@ class LLMSummary:
             )
         else:
             try:
-                completion = await self._complete(llm, request, aligned=True)
+                completion = await self._complete(llm, request, aligned=True, tools=tools)
             except ContextTooLongError:
                 reason = "the model refused the live history as too long"
             else:
@@ -350,7 +352,7 @@ class LLMSummary:
                     logger.info("summary cut at the output limit; asking for a shorter one")
                     shorter = instructions + _SHORTER.format(words=max(8, words // 2))
                     retry = await self._complete(
-                        llm, [*history, Message.user(shorter)], aligned=True
+                        llm, [*history, Message.user(shorter)], aligned=True, tools=tools
                     )
                     retry_text = _answer_text(retry)
                     if retry.finish_reason != "length":
@@ -362,12 +364,15 @@ class LLMSummary:
         return None
 
     async def _complete(
-        self, llm: LLM, messages: list[Message], *, aligned: bool = False
+        self,
+        llm: LLM,
+        messages: list[Message],
+        *,
+        aligned: bool = False,
+        tools: Sequence[ToolSpec] | None = None,
     ) -> Completion:
         if aligned:  # the live request's own system messages and tools: its cached prefix
-            return await llm.complete(
-                messages, tools=self.tools, max_tokens=self.max_summary_tokens
-            )
+            return await llm.complete(messages, tools=tools, max_tokens=self.max_summary_tokens)
         return await llm.complete(
             messages, system=self.system_prompt, max_tokens=self.max_summary_tokens
         )
