@@ -1,4 +1,4 @@
-"""``ctxcompact proxy``: serve the compaction proxy from a config file."""
+"""``ctxcompact proxy``: serve the compaction proxy from a config file (or the defaults)."""
 
 from __future__ import annotations
 
@@ -11,11 +11,11 @@ if TYPE_CHECKING:
 
 
 def run_proxy(args: argparse.Namespace) -> int:
-    """Load the config and serve until interrupted (Ctrl-C is a clean stop, exit 0)."""
-    from .._config import load_config
+    """Load the config (every default without ``--config``) and serve until interrupted (Ctrl-C is a clean stop, exit 0)."""
+    from .._config import Config, load_config
     from ..proxy import serve
 
-    config = load_config(args.config)
+    config = load_config(args.config) if args.config is not None else Config()
     # One line per request (action, tokens before -> after, strategy, error): the proxy's
     # audit trail. Headers are never logged: they carry the API keys.
     handler = logging.StreamHandler(sys.stderr)
