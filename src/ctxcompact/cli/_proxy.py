@@ -11,7 +11,10 @@ if TYPE_CHECKING:
 
 
 def run_proxy(args: argparse.Namespace) -> int:
-    """Load the config (every default without ``--config``) and serve until interrupted (Ctrl-C is a clean stop, exit 0)."""
+    """Load the config (every default without ``--config``) and serve until interrupted.
+
+    Ctrl-C is a clean stop (exit 0).
+    """
     from .._config import Config, load_config
     from ..proxy import serve
 
