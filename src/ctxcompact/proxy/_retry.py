@@ -137,20 +137,20 @@ class ContextRetry:
         """
         if upstream.status_code not in (400, 413):
             return Answer(upstream, report)
-        head, complete = await _read_bounded(upstream)
+        head, rest = await _read_bounded(upstream)
         text = head.decode("utf-8", "replace")
-        if not (complete or upstream.status_code == 413) or not is_context_error(
+        if (rest is not None and upstream.status_code != 413) or not is_context_error(
             upstream.status_code, text
         ):
-            return Answer(upstream, report, _replay(head, upstream, complete))
+            return Answer(upstream, report, _replay(head, rest))
         try:
             body = parse_body(sent)
         except BodyError:
-            return Answer(upstream, report, _replay(head, upstream, complete))
+            return Answer(upstream, report, _replay(head, rest))
         window = self.window(text, body)
         if window is None:
             logger.info("upstream said the prompt is too long; no window known to cut to")
-            return Answer(upstream, report, _replay(head, upstream, complete))
+            return Answer(upstream, report, _replay(head, rest))
         retried = 0
         for fraction in FRACTIONS:
             cut = await self._cut(provider, body, int(window * fraction))
@@ -182,12 +182,12 @@ class ContextRetry:
             upstream = again
             if upstream.status_code not in (400, 413):
                 return Answer(upstream, report)
-            head, complete = await _read_bounded(upstream)
+            head, rest = await _read_bounded(upstream)
             text = head.decode("utf-8", "replace")
-            if not complete or not is_context_error(upstream.status_code, text):
+            if rest is not None or not is_context_error(upstream.status_code, text):
                 break
             body = new_body
-        return Answer(upstream, report, _replay(head, upstream, complete))
+        return Answer(upstream, report, _replay(head, rest))
 
     async def _cut(self, provider: str, body: Body, budget: int) -> tuple[Body, int, int] | None:
         """``body`` with its history cut to ``budget`` tokens, its token and message counts;
@@ -215,24 +215,26 @@ class ContextRetry:
             return None
 
 
-async def _read_bounded(upstream: httpx.Response) -> tuple[bytes, bool]:
-    """Up to :data:`ERROR_BODY_LIMIT` decoded bytes, and whether that was the whole body."""
+async def _read_bounded(upstream: httpx.Response) -> tuple[bytes, AsyncIterator[bytes] | None]:
+    """Up to :data:`ERROR_BODY_LIMIT` decoded bytes, and the rest of the body to relay
+    (``None`` when that was all of it)."""
     chunks: list[bytes] = []
     size = 0
+    body = upstream.aiter_bytes()
     try:
-        async for chunk in upstream.aiter_bytes():
+        async for chunk in body:
             chunks.append(chunk)
             size += len(chunk)
             if size > ERROR_BODY_LIMIT:
-                return b"".join(chunks), False
+                return b"".join(chunks), body
     except httpx.HTTPError as exc:
         logger.warning("upstream error answer broke off: %s", type(exc).__name__)
-    return b"".join(chunks), True
+    return b"".join(chunks), None
 
 
-async def _replay(head: bytes, upstream: httpx.Response, complete: bool) -> AsyncIterator[bytes]:
+async def _replay(head: bytes, rest: AsyncIterator[bytes] | None) -> AsyncIterator[bytes]:
     """What was read, then (when there is more) the rest of the decoded body."""
     yield head
-    if not complete:
-        async for chunk in upstream.aiter_bytes():
+    if rest is not None:
+        async for chunk in rest:
             yield chunk
