@@ -4,6 +4,11 @@
 from __future__ import annotations
 
 import json
+import os
+import select
+import subprocess
+import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,7 +21,7 @@ from ctxcompact.cli import build_parser
 from ctxcompact.exceptions import ConfigError
 from ctxcompact.proxy import create_app
 from ctxcompact.proxy._windows import UNKNOWN_MODEL
-from tests.proxy_servers import FakeUpstream, serve_in_thread
+from tests.proxy_servers import FakeUpstream, free_port, serve_in_thread
 from tests.test_proxy import HIDDEN, SECRET, openai_history
 
 
@@ -192,3 +197,33 @@ def test_proxy_with_every_default_serves_requests(upstream: tuple[FakeUpstream, 
     assert response.status_code == 200
     assert fields(response)["action"] == "unchanged"
     assert len(fake.received) == 1
+
+
+def test_proxy_command_starts_without_a_config(tmp_path: Path) -> None:
+    # The real entry point: it starts on every default and says where it forwards. No request
+    # is made (the default upstream is the real provider).
+    port = free_port()
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "ctxcompact", "proxy", "--port", str(port)],
+        stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        text=True,
+        env=env,
+        cwd=tmp_path,  # no config file anywhere near
+    )
+    assert process.stderr is not None
+    lines: list[str] = []
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and process.poll() is None:
+            ready, _, _ = select.select([process.stderr], [], [], 0.2)
+            if ready:
+                lines.append(process.stderr.readline())
+                if "ctxcompact proxy:" in lines[-1]:
+                    break
+        assert process.poll() is None, "".join(lines)
+    finally:
+        process.terminate()
+        process.communicate(timeout=10)
+    assert "OpenAI upstream https://api.openai.com/v1" in lines[-1]
