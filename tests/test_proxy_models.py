@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import json
 import os
-import select
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -213,17 +213,23 @@ def test_proxy_command_starts_without_a_config(tmp_path: Path) -> None:
         cwd=tmp_path,  # no config file anywhere near
     )
     assert process.stderr is not None
+    stderr = process.stderr
     lines: list[str] = []
+    # A thread reads the lines: select() on a buffered pipe misses lines already buffered.
+    reader = threading.Thread(target=lambda: lines.extend(stderr), daemon=True)
+    reader.start()
     try:
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline and process.poll() is None:
-            ready, _, _ = select.select([process.stderr], [], [], 0.2)
-            if ready:
-                lines.append(process.stderr.readline())
-                if "ctxcompact proxy:" in lines[-1]:
-                    break
+            if any("ctxcompact proxy:" in line for line in list(lines)):
+                break
+            time.sleep(0.05)
         assert process.poll() is None, "".join(lines)
     finally:
         process.terminate()
-        process.communicate(timeout=10)
-    assert "OpenAI upstream https://api.openai.com/v1" in lines[-1]
+        process.wait(timeout=10)
+        reader.join(timeout=10)
+        stderr.close()
+    started = [line for line in lines if "ctxcompact proxy:" in line]
+    assert len(started) == 1
+    assert "OpenAI upstream https://api.openai.com/v1" in started[0]
