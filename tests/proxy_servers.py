@@ -73,11 +73,50 @@ class FakeUpstream:
     Attributes:
         status: Status code for chat answers (200, or e.g. 429 to test pass-through).
         release_last_chunk: When set, streams hold their last chunk until it is set.
+        max_prompt_bytes: When set, a chat, messages or responses body larger than this
+            is refused as over the context window, in the style of ``too_long``.
+        too_long: How that refusal looks: ``openai`` (400 ``context_length_exceeded``
+            stating ``window``), ``openai-bare`` (the code, no window stated),
+            ``anthropic`` (400 "prompt is too long: N tokens > window maximum"), ``413``.
+        window: The window the refusal states.
     """
 
     received: list[Received] = field(default_factory=list)
     status: int = 200
     release_last_chunk: threading.Event | None = None
+    max_prompt_bytes: int | None = None
+    too_long: str = "openai"
+    window: int = 8192
+
+    def refusal(self, item: Received) -> Response | None:
+        """The context-too-long answer for ``item``, or ``None`` when it fits."""
+        if self.max_prompt_bytes is None or len(item.body) <= self.max_prompt_bytes:
+            return None
+        tokens = len(item.body) // 3
+        if self.too_long == "413":
+            return Response(b"request entity too large", status_code=413)
+        if self.too_long == "anthropic":
+            message = f"prompt is too long: {tokens} tokens > {self.window} maximum"
+            error = {
+                "type": "error",
+                "error": {"type": "invalid_request_error", "message": message},
+            }
+            return JSONResponse(error, status_code=400)
+        message = (
+            f"This model's maximum context length is {self.window} tokens. However, your "
+            f"messages resulted in {tokens} tokens. Please reduce the length of the messages."
+            if self.too_long == "openai"
+            else "Your input exceeds the context window of this model."
+        )
+        error = {
+            "error": {
+                "message": message,
+                "type": "invalid_request_error",
+                "param": "messages",
+                "code": "context_length_exceeded",
+            }
+        }
+        return JSONResponse(error, status_code=400)
 
     def app(self) -> Starlette:
         async def record(request: Request) -> Received:
@@ -89,6 +128,9 @@ class FakeUpstream:
 
         async def chat(request: Request) -> Response:
             item = await record(request)
+            refused = self.refusal(item)
+            if refused is not None:
+                return refused
             if self.status != 200:
                 return JSONResponse(
                     {"error": {"message": "slow down", "type": "rate_limit", "code": None}},
@@ -102,10 +144,25 @@ class FakeUpstream:
 
         async def messages(request: Request) -> Response:
             item = await record(request)
+            refused = self.refusal(item)
+            if refused is not None:
+                return refused
             body = item.json()
             if body.get("stream"):
                 return StreamingResponse(self._anthropic_stream(), media_type="text/event-stream")
             return JSONResponse(_anthropic_message(len(body["messages"])))
+
+        async def responses(request: Request) -> Response:
+            item = await record(request)
+            refused = self.refusal(item)
+            if refused is not None:
+                return refused
+            body = item.json()
+            raw = body.get("input")
+            n = len(raw) if isinstance(raw, list) else 1
+            if body.get("stream"):
+                return StreamingResponse(self._responses_stream(n), media_type="text/event-stream")
+            return JSONResponse(_responses_answer(n))
 
         async def models(request: Request) -> Response:
             await record(request)
@@ -115,6 +172,7 @@ class FakeUpstream:
             routes=[
                 Route("/v1/chat/completions", chat, methods=["POST"]),
                 Route("/v1/messages", messages, methods=["POST"]),
+                Route("/v1/responses", responses, methods=["POST"]),
                 Route("/v1/models", models, methods=["GET"]),
             ]
         )
@@ -140,6 +198,25 @@ class FakeUpstream:
             "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}],
         }
         yield f"data: {json.dumps(done)}\n\ndata: [DONE]\n\n".encode()
+
+    async def _responses_stream(self, n_items: int) -> AsyncIterator[bytes]:
+        started = {**_responses_answer(n_items), "status": "in_progress", "output": []}
+        events: list[dict[str, Any]] = [{"type": "response.created", "response": started}]
+        for word in ["red", " green", " blue"]:
+            events.append(
+                {
+                    "type": "response.output_text.delta",
+                    "item_id": "msg_1",
+                    "output_index": 0,
+                    "content_index": 0,
+                    "delta": word,
+                    "logprobs": [],
+                }
+            )
+        events.append({"type": "response.completed", "response": _responses_answer(n_items)})
+        for i, data in enumerate(events):
+            data["sequence_number"] = i
+            yield f"event: {data['type']}\ndata: {json.dumps(data)}\n\n".encode()
 
     async def _anthropic_stream(self) -> AsyncIterator[bytes]:
         msg = _anthropic_message(0)
@@ -196,6 +273,37 @@ def _openai_completion(n_messages: int) -> dict[str, Any]:
             }
         ],
         "usage": {"prompt_tokens": 10, "completion_tokens": 3, "total_tokens": 13},
+    }
+
+
+def _responses_answer(n_items: int) -> dict[str, Any]:
+    return {
+        "id": "resp_1",
+        "object": "response",
+        "created_at": 0,
+        "model": "fake-model",
+        "status": "completed",
+        "output": [
+            {
+                "type": "message",
+                "id": "msg_1",
+                "role": "assistant",
+                "status": "completed",
+                "content": [
+                    {"type": "output_text", "text": f"saw {n_items} items", "annotations": []}
+                ],
+            }
+        ],
+        "parallel_tool_calls": True,
+        "tool_choice": "auto",
+        "tools": [],
+        "usage": {
+            "input_tokens": 10,
+            "output_tokens": 3,
+            "total_tokens": 13,
+            "input_tokens_details": {"cached_tokens": 0},
+            "output_tokens_details": {"reasoning_tokens": 0},
+        },
     }
 
 

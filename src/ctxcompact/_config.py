@@ -28,6 +28,7 @@ from ._defaults import (
     TRIGGER_RATIO_RANGE,
 )
 from ._loader import params_problem, spec_problem
+from ._models import context_window
 from .exceptions import ConfigError
 from .strategies._guard import ContextGuard
 from .strategies._schema1 import Schema1Masking
@@ -134,6 +135,7 @@ class CompactionConfig(_Table):
 
     strategy: str = DEFAULT_STRATEGY
     max_context_size: int | None = Field(default=None, ge=1)
+    model: str | None = Field(default=None, min_length=1)
     reserved_context_size: int = Field(default=DEFAULT_RESERVED_CONTEXT_SIZE, ge=0)
     trigger_ratio: float | None = Field(
         default=None, ge=TRIGGER_RATIO_RANGE[0], le=TRIGGER_RATIO_RANGE[1]
@@ -297,6 +299,23 @@ class Config(_Table):
     proxy: ProxyConfig = Field(default_factory=ProxyConfig)
     store: StoreConfig = Field(default_factory=StoreConfig)
     pricing: dict[str, PricingConfig] = Field(default_factory=dict)
+    models: dict[str, int] = Field(default_factory=dict)
+    """``[models]``: context windows by model name (tokens), consulted before the built-in
+    table of :func:`~ctxcompact.context_window`."""
+
+    @_field_validator("models")
+    @classmethod
+    def _windows(cls, value: dict[str, int]) -> dict[str, int]:
+        for name, tokens in value.items():
+            if tokens <= 0:
+                raise ValueError(f"{name!r}: a context window must be a positive integer (tokens)")
+        return value
+
+    def model_window(self, model: object) -> int | None:
+        """The window of ``model`` from ``[models]``, else the built-in table, else ``None``."""
+        if not isinstance(model, str) or not model:
+            return None
+        return context_window(model, overrides=self.models)
 
     @model_validator(mode="after")
     def _transforms_build(self) -> Config:

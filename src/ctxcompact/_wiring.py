@@ -134,9 +134,20 @@ def wire(
         config = config.with_compaction(**overrides)
         comp = config.compaction
     size = comp.max_context_size
+    if size is None and comp.model is not None:
+        # The named model's window (``[models]`` first, then the built-in table).
+        size = config.model_window(comp.model)
+        if size is not None and comp.reserved_context_size >= size:
+            raise ConfigError(
+                f"the window of {comp.model!r} is {size} tokens, not above "
+                f"reserved_context_size ({comp.reserved_context_size}): set it lower",
+                path=where,
+                key="compaction.reserved_context_size",
+            )
     if size is None:
         raise ConfigError(
-            "required: set it in [compaction] or pass max_context_size=",
+            "required: set it in [compaction] (or name a known model in [compaction] model, "
+            "or give its window in [models]) or pass max_context_size=",
             path=where,
             key="compaction.max_context_size",
         )

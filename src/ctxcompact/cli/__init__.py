@@ -195,7 +195,12 @@ def build_parser() -> argparse.ArgumentParser:
         "config's per-request transforms and, when it reaches the trigger, its strategy, then "
         "goes to the upstream set in [proxy]. Other paths pass through. Needs the 'proxy' extra.",
     )
-    proxy.add_argument("--config", metavar="FILE", required=True, help="a ctxcompact TOML config")
+    proxy.add_argument(
+        "--config",
+        metavar="FILE",
+        help="a ctxcompact TOML config (default: every default; each request's window is then "
+        "the one of the model it names)",
+    )
     proxy.add_argument("--host", help="address to listen on (default: [proxy] host, 127.0.0.1)")
     proxy.add_argument("--port", type=int, help="port to listen on (default: [proxy] port, 8787)")
     proxy.set_defaults(run="proxy")

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from .._controller import CompactionController
 from .._wiring import wire
-from ..exceptions import ConfigError, MissingDependencyError
+from ..exceptions import MissingDependencyError
 
 if TYPE_CHECKING:
     import httpx
@@ -24,6 +24,8 @@ if TYPE_CHECKING:
 
 __all__ = ["create_app", "serve"]
 
+_UNUSED_WINDOW = 100_000_000  # a placeholder above any reserve; per-model requests never see it
+
 
 def create_app(
     config: Config,
@@ -34,6 +36,12 @@ def create_app(
     client: httpx.AsyncClient | None = None,
 ) -> Starlette:
     """Build the proxy's ASGI app from a loaded config.
+
+    The window is ``[compaction] max_context_size``, else the window of ``[compaction]
+    model``; with neither, each request is compacted against the window of the model it
+    names (``[models]``, then :func:`~ctxcompact.context_window`), and a request naming a
+    model whose window is not known is forwarded unchanged (``action=skipped``). A request
+    the upstream refuses as over its window is cut and sent again (:mod:`._retry`).
 
     Args:
         config: The configuration (``[compaction]``, ``[proxy]``, transforms, counting).
@@ -48,16 +56,28 @@ def create_app(
     """
     try:
         from ._app import ProxySettings, build_app
+        from ._retry import ContextRetry
         from ._rewrite import Rewriter
+        from ._windows import ModelWindows
     except ImportError as exc:  # starlette or httpx missing
         raise MissingDependencyError("the ctxcompact proxy", "proxy") from exc
-    if config.compaction.max_context_size is None:
-        raise ConfigError(
-            "the proxy needs the model window: set max_context_size",
-            path=str(config.path) if config.path else None,
-            key="compaction.max_context_size",
+    comp = config.compaction
+    per_model: ModelWindows | None = None
+    if comp.max_context_size is None and (
+        comp.model is None or config.model_window(comp.model) is None
+    ):
+        # No window configured: each request gets the window of the model it names. The
+        # wiring's own window is never used for such requests (each has its controller).
+        wiring = wire(
+            config,
+            strategy=strategy,
+            llm=llm,
+            token_counter=token_counter,
+            max_context_size=_UNUSED_WINDOW,
         )
-    wiring = wire(config, strategy=strategy, llm=llm, token_counter=token_counter)
+        per_model = ModelWindows(wiring)
+    else:
+        wiring = wire(config, strategy=strategy, llm=llm, token_counter=token_counter)
     p = config.proxy
     settings = ProxySettings(
         openai_base_url=p.openai_base_url,
@@ -65,7 +85,9 @@ def create_app(
         timeout=p.timeout,
         max_body_bytes=p.max_body_bytes,
     )
-    return build_app(Rewriter(CompactionController.from_wiring(wiring)), settings, client=client)
+    rewriter = Rewriter(CompactionController.from_wiring(wiring), per_model=per_model)
+    retry = ContextRetry(config, wiring.counter)  # config: its own window, not the placeholder
+    return build_app(rewriter, settings, client=client, retry=retry)
 
 
 def serve(config: Config, *, host: str | None = None, port: int | None = None) -> None:

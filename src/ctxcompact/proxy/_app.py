@@ -33,6 +33,8 @@ if TYPE_CHECKING:
     from starlette.requests import Request
     from starlette.types import Send
 
+    from ._retry import ContextRetry
+
 __all__ = ["BodyRewriter", "ProxySettings", "build_app", "safe_report_header"]
 
 logger = logging.getLogger("ctxcompact.proxy")
@@ -94,6 +96,8 @@ class BodyRewriter(Protocol):
 
     async def rewrite_anthropic(self, body: Body) -> tuple[Body | None, RewriteReport]: ...
 
+    async def rewrite_responses(self, body: Body) -> tuple[Body | None, RewriteReport]: ...
+
 
 class _BodyTooLarge(Exception):
     pass
@@ -104,7 +108,11 @@ class _ClientGone(Exception):
 
 
 def build_app(
-    rewriter: BodyRewriter, settings: ProxySettings, *, client: httpx.AsyncClient | None = None
+    rewriter: BodyRewriter,
+    settings: ProxySettings,
+    *,
+    client: httpx.AsyncClient | None = None,
+    retry: ContextRetry | None = None,
 ) -> Starlette:
     """An ASGI app that compacts chat requests and forwards everything to the upstreams.
 
@@ -113,6 +121,7 @@ def build_app(
         settings: Upstream base URLs, timeout and body size limit.
         client: The pooled HTTP client for upstream calls; one is created (and closed on
             shutdown) when not given.
+        retry: Compacts and resends chat requests the upstream refuses as too long.
     """
     owned = client is None
     http = client or httpx.AsyncClient(timeout=httpx.Timeout(settings.timeout))
@@ -123,6 +132,9 @@ def build_app(
 
     async def messages(request: Request) -> Response:
         return await _handle(request, "anthropic")
+
+    async def responses(request: Request) -> Response:
+        return await _handle(request, "responses")
 
     async def passthrough(request: Request) -> Response:
         path = normalised_path(request.url.path)
@@ -171,6 +183,8 @@ def build_app(
         try:
             if provider == "openai":
                 new_body, report = await rewriter.rewrite_openai(body)
+            elif provider == "responses":
+                new_body, report = await rewriter.rewrite_responses(body)
             else:
                 new_body, report = await rewriter.rewrite_anthropic(body)
             if new_body is None:
@@ -223,12 +237,20 @@ def build_app(
             logger.warning("upstream %s unreachable: %s", shown, type(exc).__name__)
             logger.debug("upstream %s detail: %.500s", shown, exc)
             return _error(502, f"upstream unreachable: {type(exc).__name__} at {shown}", report)
-        response_headers = {
-            k: v for k, v in upstream.headers.items() if k.lower() not in _DROP_RESPONSE
-        }
+        chunks = None
+        if retry is not None and report is not None:
+
+            async def send(body: bytes) -> httpx.Response:
+                again = http.build_request(request.method, url, headers=headers, content=body)
+                return await http.send(again, stream=True)
+
+            answer = await retry.answer(upstream, provider, content, report, send)
+            upstream, report, chunks = answer.upstream, answer.report, answer.chunks
+        drop = _DROP_RESPONSE if chunks is None else _DROP_RESPONSE | {"content-encoding"}
+        response_headers = {k: v for k, v in upstream.headers.items() if k.lower() not in drop}
         if report is not None:
             response_headers[REPORT_HEADER] = safe_report_header(report)
-        return _Relay(upstream, shown, response_headers)
+        return _Relay(upstream, shown, response_headers, chunks)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -250,6 +272,8 @@ def build_app(
         Route("/v1/chat/completions", chat_completions, methods=["POST"]),
         Route("/chat/completions", chat_completions, methods=["POST"]),
         Route("/v1/messages", messages, methods=["POST"]),
+        Route("/v1/responses", responses, methods=["POST"]),
+        Route("/responses", responses, methods=["POST"]),
         Route(
             "/{path:path}",
             passthrough,
@@ -282,8 +306,14 @@ class _Relay(StreamingResponse):
     client sees the answer cut off, as it was, instead of a well-formed but short one.
     """
 
-    def __init__(self, upstream: httpx.Response, shown_url: str, headers: dict[str, str]) -> None:
-        self._chunks = upstream.aiter_raw()
+    def __init__(
+        self,
+        upstream: httpx.Response,
+        shown_url: str,
+        headers: dict[str, str],
+        chunks: AsyncIterator[bytes] | None = None,
+    ) -> None:
+        self._chunks = upstream.aiter_raw() if chunks is None else chunks
         super().__init__(
             self._chunks,
             status_code=upstream.status_code,

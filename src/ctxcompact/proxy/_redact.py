@@ -56,6 +56,11 @@ _SAFE_ERRORS: tuple[tuple[re.Pattern[str], str], ...] = tuple(
         ),
         (r"messages not understood: ", "messages not understood"),
         (r"body has no 'messages' list", "body has no 'messages' list"),
+        # Per-model windows (._windows) and Responses bodies (._responses).
+        (r"the model's context window is not known", "the model's context window is not known"),
+        (r"the model's window is too small", "the model's window is too small for the transforms"),
+        (r"input is a string", "input is a string"),
+        (r"body has no 'input' list", "body has no 'input' list"),
         (
             rf"proxy (?P<stage>rewriting|encoding) raised (?P<type>{_TYPE})(?=;|$)",
             "proxy {stage} raised {type}",

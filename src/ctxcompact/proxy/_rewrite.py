@@ -12,19 +12,20 @@ from __future__ import annotations
 import json
 import logging
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from .._anthropic_format import from_anthropic, to_anthropic
 from .._controller import CompactionController, ControllerState
 from .._events import strategy_name
 from .._openai_format import from_openai, to_openai
+from ._responses import responses_codec
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
     from .._messages import Message
 
-__all__ = ["RewriteReport", "Rewriter"]
+__all__ = ["Codec", "RewriteReport", "Rewriter", "codec", "max_output_tokens"]
 
 logger = logging.getLogger("ctxcompact.proxy")
 
@@ -46,6 +47,9 @@ class RewriteReport:
         tokens_after: Estimated prompt tokens of the request as forwarded.
         error: What went wrong: why nothing was done (``skipped``, ``failed``), and any
             transform that raised and was skipped (the other transforms still applied).
+        retried: How many times the request was compacted and sent again after the upstream
+            answered that it was over the context window (:mod:`._retry`).
+        window: The window those retries compacted against.
 
     Example:
         >>> RewriteReport("unchanged", "ToolResultHiding", 10, 10, 2, 2).header()
@@ -59,6 +63,8 @@ class RewriteReport:
     messages_before: int
     messages_after: int
     error: str | None = None
+    retried: int = 0
+    window: int | None = None
 
     def header(self) -> str:
         """The ``x-ctxcompact`` header value: ``key=value`` pairs separated by ``; ``."""
@@ -72,6 +78,8 @@ class RewriteReport:
             # Header values must be one line of visible ASCII.
             safe = " ".join(self.error.split()).encode("ascii", "replace").decode("ascii")
             parts.append(f"error={safe[:300]}")
+        if self.retried:
+            parts.append(f"retried={self.retried}; window={self.window}")
         return "; ".join(parts)
 
 
@@ -81,6 +89,9 @@ class Rewriter:
     Args:
         controller: Decides when to compact and how; shared by every request (each gets a
             fresh :class:`~ctxcompact.ControllerState`).
+        per_model: When set, picks the controller for the model a request names instead
+            (:class:`~ctxcompact.proxy._windows.ModelWindows`); a string it returns is the
+            reason the request is forwarded unchanged (``skipped``).
 
     Example:
         >>> from ctxcompact import CompactionController
@@ -89,8 +100,14 @@ class Rewriter:
         ...                                   reserved_context_size=100))
     """
 
-    def __init__(self, controller: CompactionController) -> None:
+    def __init__(
+        self,
+        controller: CompactionController,
+        *,
+        per_model: Callable[[object], CompactionController | str] | None = None,
+    ) -> None:
         self.controller = controller
+        self.per_model = per_model
 
     @property
     def strategy_name(self) -> str:
@@ -99,40 +116,27 @@ class Rewriter:
 
     async def rewrite_openai(self, body: Body) -> tuple[Body | None, RewriteReport]:
         """Rewrite a Chat Completions body. ``None`` means: forward the original bytes."""
-        raw = body.get("messages")
-        if not isinstance(raw, list):
-            return None, self._skipped("body has no 'messages' list")
-
-        def encode(history: Sequence[Message]) -> Body:
-            return {**body, "messages": to_openai(history)}
-
-        return await self._rewrite(lambda: from_openai(raw), encode, _max_tokens(body))
+        return await self._rewrite(body, codec("openai", body))
 
     async def rewrite_anthropic(self, body: Body) -> tuple[Body | None, RewriteReport]:
         """Rewrite a Messages API body. ``None`` means: forward the original bytes."""
-        raw = body.get("messages")
-        if not isinstance(raw, list):
-            return None, self._skipped("body has no 'messages' list")
+        return await self._rewrite(body, codec("anthropic", body))
 
-        def encode(history: Sequence[Message]) -> Body:
-            system, messages = to_anthropic(history)
-            out = {k: v for k, v in body.items() if k != "system"}
-            if system is not None:
-                out["system"] = system
-            out["messages"] = messages
-            return out
+    async def rewrite_responses(self, body: Body) -> tuple[Body | None, RewriteReport]:
+        """Rewrite a Responses API body. ``None`` means: forward the original bytes."""
+        return await self._rewrite(body, codec("responses", body))
 
-        return await self._rewrite(
-            lambda: from_anthropic(raw, system=body.get("system")), encode, _max_tokens(body)
-        )
-
-    async def _rewrite(
-        self,
-        decode: Callable[[], list[Message]],
-        encode: Callable[[Sequence[Message]], Body],
-        max_tokens: int | None,
-    ) -> tuple[Body | None, RewriteReport]:
+    async def _rewrite(self, body: Body, found: Codec | str) -> tuple[Body | None, RewriteReport]:
+        if isinstance(found, str):
+            return None, self._skipped(found)
+        decode, encode = found
         controller = self.controller
+        if self.per_model is not None:
+            chosen = self.per_model(body.get("model"))
+            if isinstance(chosen, str):
+                return None, self._skipped(chosen)
+            controller = chosen
+        max_tokens = max_output_tokens(body)
         name = self.strategy_name
         try:
             history = decode()
@@ -183,12 +187,43 @@ class Rewriter:
         return RewriteReport("skipped", self.strategy_name, 0, 0, 0, 0, why)
 
 
+Codec: TypeAlias = "tuple[Callable[[], list[Message]], Callable[[Sequence[Message]], Body]]"
+"""``(decode, encode)``: read a body's history; write a history back into a copy of it."""
+
+
+def codec(provider: str, body: Body) -> Codec | str:
+    """How to read the history of a ``provider`` request body and write one back into a copy.
+
+    ``provider`` is ``openai`` (Chat Completions), ``anthropic`` (Messages) or ``responses``.
+    A string is the fixed reason the body is not understood (then it is forwarded as is).
+    """
+    if provider == "responses":
+        return responses_codec(body)
+    raw = body.get("messages")
+    if not isinstance(raw, list):
+        return "body has no 'messages' list"
+    if provider == "openai":
+        return (lambda: from_openai(raw)), (lambda h: {**body, "messages": to_openai(h)})
+
+    def encode(history: Sequence[Message]) -> Body:
+        system, messages = to_anthropic(history)
+        out = {k: v for k, v in body.items() if k != "system"}
+        if system is not None:
+            out["system"] = system
+        out["messages"] = messages
+        return out
+
+    return (lambda: from_anthropic(raw, system=body.get("system"))), encode
+
+
 def _join(errors: list[str]) -> str | None:
     return "; ".join(errors) or None
 
 
-def _max_tokens(body: Body) -> int | None:
-    for key in ("max_completion_tokens", "max_tokens"):
+def max_output_tokens(body: Body) -> int | None:
+    """The request's answer budget (``max_completion_tokens``, ``max_tokens`` or
+    ``max_output_tokens``), when it gives one."""
+    for key in ("max_completion_tokens", "max_tokens", "max_output_tokens"):
         value = body.get(key)
         if isinstance(value, int) and not isinstance(value, bool) and value > 0:
             return value

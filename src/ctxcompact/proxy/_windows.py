@@ -1,0 +1,87 @@
+"""Per-request windows: when ``[compaction] max_context_size`` is not set, each request is
+compacted against the window of the model it names.
+
+The window comes from :meth:`Config.model_window` (``[models]``, then the built-in table of
+:func:`~ctxcompact.context_window`). One controller is built per distinct window (the
+strategy object and the counter are shared; the transforms are rebuilt, since the guard's
+budget is the window), so the per-request cost is a dictionary lookup. A model whose window
+is not known is forwarded unchanged (``action=skipped``) with :data:`UNKNOWN_MODEL`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from typing import TYPE_CHECKING
+
+from .._controller import CompactionController
+from .._wiring import build_transforms
+from ..exceptions import ConfigError
+
+if TYPE_CHECKING:
+    from .._wiring import Wiring
+
+__all__ = ["UNKNOWN_MODEL", "ModelWindows"]
+
+logger = logging.getLogger("ctxcompact.proxy")
+
+UNKNOWN_MODEL = (
+    "the model's context window is not known: set [compaction] max_context_size or add the "
+    "model to [models]"
+)
+TOO_SMALL = "the model's window is too small for the configured transforms"
+_MAX_WINDOWS = 64  # distinct windows kept; past it the oldest controller is dropped
+
+
+class ModelWindows:
+    """Picks (and caches) the controller for the window of the model a request names.
+
+    Args:
+        wiring: The proxy's parts, built with any window: the strategy, counter, limits and
+            store are reused; the window, the reserve and the transforms are per window.
+
+    When the configured ``reserved_context_size`` is not below a model's window, a quarter of
+    that window is reserved instead, so a small model still gets a trigger.
+
+    Example:
+        >>> from ctxcompact import Config, wire
+        >>> config = Config.from_dict({"compaction": {"strategy": "tool-result-hiding"}})
+        >>> windows = ModelWindows(wire(config, max_context_size=10_000_000))
+        >>> windows("gpt-4o").max_context_size, windows("no-such-model") == UNKNOWN_MODEL
+        (128000, True)
+    """
+
+    def __init__(self, wiring: Wiring) -> None:
+        self.wiring = wiring
+        self._controllers: dict[int, CompactionController | str] = {}
+
+    def window(self, model: object) -> int | None:
+        """The window of ``model`` (``[models]``, then the table), or ``None``."""
+        return self.wiring.config.model_window(model)
+
+    def __call__(self, model: object) -> CompactionController | str:
+        window = self.window(model)
+        if window is None:
+            return UNKNOWN_MODEL
+        found = self._controllers.get(window)
+        if found is None:
+            found = self._build(window)
+            if len(self._controllers) >= _MAX_WINDOWS:
+                self._controllers.pop(next(iter(self._controllers)))
+            self._controllers[window] = found
+        return found
+
+    def _build(self, window: int) -> CompactionController | str:
+        w = self.wiring
+        reserved = w.reserved_context_size
+        if reserved >= window:
+            reserved = window // 4
+        try:
+            transforms = tuple(build_transforms(w.config, window))
+        except ConfigError:
+            logger.warning("proxy: %s (%d tokens); such requests go unchanged", TOO_SMALL, window)
+            return TOO_SMALL
+        sized = dataclasses.replace(
+            w, max_context_size=window, reserved_context_size=reserved, transforms=transforms
+        )
+        return CompactionController.from_wiring(sized)
