@@ -47,6 +47,11 @@ STATS: dict[str, type | tuple[type, ...]] = {
     "cache_read_tokens": int,
     "cache_write_tokens": int,
     "expired_calls": int,
+    "calls_over_window": int,
+    "removed_results": int,
+    "removed_then_referenced": int,
+    "removed_then_referenced_rate": (int, float),
+    "recallable_results": int,
     "summarizer_calls": int,
     "summarizer_tokens": int,
 }

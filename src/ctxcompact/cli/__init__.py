@@ -50,7 +50,8 @@ def _add_input(parser: argparse.ArgumentParser) -> None:
         choices=FORMATS,
         help="input format (default: detected: JSON list = openai, one object per line = "
         "jsonl, a body with 'system' or Anthropic blocks = anthropic, a Claude Code session "
-        "log = claude-code)",
+        "log = claude-code, Responses items (a list or a body with 'input') = responses, a "
+        "Codex rollout or JSON Lines of Responses items = codex)",
     )
 
 

@@ -186,6 +186,7 @@ def run_replay(args: argparse.Namespace) -> int:
         cached_price=args.cached_price,
         token_counter=first.counter_name,
         pricing=args.pricing_table,
+        recall=any(setup.config.store.recall for setup in setups),
     )
     if args.plot:
         plot_replays(settings, replays, args.plot)
@@ -244,6 +245,7 @@ async def _replay_all(
                         pricing=args.pricing_table,
                         mode=args.mode,
                         on_failure=report,
+                        referenced=True,
                     )
                 )
             finally:

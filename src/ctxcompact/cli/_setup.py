@@ -91,8 +91,15 @@ class Setup:
         return self.config.compaction.reserved_context_size
 
     def make_controller(self) -> CompactionController:
-        """A new controller (and a new strategy object: strategies may keep state)."""
-        wiring = wire(self.config, llm=self.llm, token_counter=self.counter)
+        """A new controller (and a new strategy object: strategies may keep state).
+
+        With ``[store] recall = true`` it gets a fresh in-memory store: a replay measures
+        what recall would give and never writes the configured store's file.
+        """
+        from .._store_memory import MemoryStore
+
+        store = MemoryStore() if self.config.store.recall else None
+        wiring = wire(self.config, llm=self.llm, token_counter=self.counter, store=store)
         return CompactionController.from_wiring(wiring)
 
 
