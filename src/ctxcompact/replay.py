@@ -37,6 +37,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Literal
 
+from ._contract import has_context_window
 from ._controller import ControllerState
 from ._conversations import read_conversation
 from ._messages import Message
@@ -123,6 +124,8 @@ class MeteredLLM:
         self.counter = counter
         self.calls = 0
         self.tokens = 0
+        # Forwarded so a summarizer still sees its model's own window (WindowedLLM).
+        self.context_window = inner.context_window if has_context_window(inner) else None
 
     async def complete(
         self,

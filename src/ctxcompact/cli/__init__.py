@@ -99,6 +99,19 @@ def _add_strategy(parser: argparse.ArgumentParser, *, default_note: str, many: b
         choices=("heuristic", "tiktoken"),
         help="how tokens are counted (default: the config's, else heuristic)",
     )
+    parser.add_argument(
+        "--llm-base-url",
+        metavar="URL",
+        help="an OpenAI-compatible summarizer for strategies that summarize (with --llm-model; "
+        "replaces the config's [compaction.llm]), e.g. http://127.0.0.1:8080/v1",
+    )
+    parser.add_argument("--llm-model", metavar="NAME", help="the summarizer's model name")
+    parser.add_argument(
+        "--llm-api-key-env",
+        metavar="VAR",
+        help="the environment variable holding the summarizer's API key (default: "
+        "OPENAI_API_KEY; none needed for a local server given by --llm-base-url)",
+    )
     parser.add_argument("--json", action="store_true", help="print a JSON report")
     parser.add_argument(
         "-v",
