@@ -181,3 +181,30 @@ def test_a_request_body_with_input_keeps_its_other_keys(
     written = json.loads(out.read_text("utf-8"))
     assert (written["model"], written["store"]) == ("gpt-5", False)
     assert check_history(from_responses(written["input"])) == []
+
+
+def test_json_lines_of_bare_items_are_written_back_as_bare_lines(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    items = load_rollout("codex_golden")
+    source = tmp_path / "items.jsonl"
+    source.write_text("".join(json.dumps(i) + "\n" for i in items), encoding="utf-8")
+    out = tmp_path / "out.jsonl"
+    assert main(["apply", str(source), "--strategy", "tool-result-hiding", "-o", str(out)]) == 0
+    capsys.readouterr()
+    written = [json.loads(line) for line in out.read_text("utf-8").splitlines()]
+    assert all(line.get("type") != "response_item" for line in written)
+    assert check_history(from_responses(written)) == []
+
+
+def test_a_rollout_line_without_a_payload_is_named_by_its_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    lines = ROLLOUT.read_text("utf-8").splitlines()
+    lines[3] = '{"type": "response_item", "timestamp": "2025-01-04T09:00:03.000Z"}'
+    broken = tmp_path / "broken.jsonl"
+    broken.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    assert main(["validate", str(broken)]) == 2
+    err = capsys.readouterr().err
+    assert "line 4" in err
+    assert "payload" in err
