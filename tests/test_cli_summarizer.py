@@ -220,3 +220,27 @@ def test_a_verbose_single_file_replay_with_a_summarizer_reports_progress(
 def test_no_progress_without_a_summarizer(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["replay", str(LONG), *SMALL, "-v"]) == 0
     assert ": call " not in capsys.readouterr().err
+
+
+def test_llm_context_window_bounds_the_summary_the_server_is_asked_for(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    fake = FakeUpstream()
+    with serve_in_thread(fake.app()) as url:
+        local = ["--llm-base-url", f"{url}/v1", "--llm-model", "gemma-3-270m"]
+        code = main(["replay", str(LONG), "--strategy", "llm-summary", *SMALL, *local,
+                     "--llm-context-window", "2048"])  # fmt: skip
+    capsys.readouterr()
+    assert code == 0
+    chats = [r.json() for r in fake.received if r.path == "/v1/chat/completions"]
+    assert chats
+    limits = {body.get("max_tokens", body.get("max_completion_tokens")) for body in chats}
+    assert limits == {2048 // 4}
+
+
+def test_llm_context_window_without_a_model_is_a_usage_error(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["replay", "--llm-context-window", "2048"]) == 2
+    assert "--llm-model" in capsys.readouterr().err

@@ -107,6 +107,13 @@ def _add_strategy(parser: argparse.ArgumentParser, *, default_note: str, many: b
     )
     parser.add_argument("--llm-model", metavar="NAME", help="the summarizer's model name")
     parser.add_argument(
+        "--llm-context-window",
+        type=int,
+        metavar="N",
+        help="the summarizer model's own window in tokens: its request and summary are fitted "
+        "to it (default: the model table's, if it knows --llm-model)",
+    )
+    parser.add_argument(
         "--llm-api-key-env",
         metavar="VAR",
         help="the environment variable holding the summarizer's API key (default: "

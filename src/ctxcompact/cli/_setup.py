@@ -166,15 +166,19 @@ def _with_llm_flags(args: argparse.Namespace, config: Config) -> Config:
     url = getattr(args, "llm_base_url", None)
     model = getattr(args, "llm_model", None)
     key_env = getattr(args, "llm_api_key_env", None)
+    window = getattr(args, "llm_context_window", None)
     if url is None and model is None:
-        if key_env is not None:
-            raise CliError("--llm-api-key-env needs --llm-model (and usually --llm-base-url)")
+        if key_env is not None or window is not None:
+            flag = "--llm-api-key-env" if key_env is not None else "--llm-context-window"
+            raise CliError(f"{flag} needs --llm-model (and usually --llm-base-url)")
         return config
     if model is None:
         raise CliError("--llm-base-url needs --llm-model NAME (the summarizer's model)")
     table: dict[str, Any] = {"provider": "openai", "model": model, "base_url": url}
     if key_env is not None:
         table["api_key_env"] = key_env
+    if window is not None:
+        table["context_window"] = window
     return config.with_compaction(llm=table)
 
 
