@@ -385,6 +385,11 @@ def _verdict(label: str, stats: ReplayStats, baseline: ReplayStats) -> str:
     share = ratio(stats.input_tokens, baseline.input_tokens)
     if cost is None or share is None:
         return f"{label}: no model call to compare"
+    if stats.compactions == 0 and stats.failed_compactions:
+        return (
+            f"{label}: no change: all {stats.failed_compactions:,} compaction attempts failed "
+            "(the errors are above)"
+        )
     if stats.compactions == 0 and stats.cost == baseline.cost:
         return (
             f"{label}: no change: the conversation never reached the trigger "
