@@ -5,10 +5,12 @@ Each trace in tests/data/traces (or ``--traces DIR``) is replayed call by call
 history before it after triggered compaction and per-request transforms. Printed per
 configuration, summed over the traces: raw input tokens and cache-adjusted cost (cached
 prefix at 0.1, and at Anthropic's prices: writes 1.25x, reads 0.1x, 1,024-token minimum) as
-percentages of no compaction, cache breaks, compactions, and whether the last 5 tool groups
-and every error result reached the model verbatim at every call. The last row is
-examples/recommended.toml, loaded from its file (benchmarks/bench_recommended.py locates it
-on the cost/input frontier).
+percentages of no compaction, cache breaks, compactions, whether the last 5 tool groups
+and every error result reached the model verbatim at every call, and "removed then
+referenced": of the tool results the configuration removed from some call's input, those a
+later answer quoted while they were out of view (ctxcompact._referenced documents the
+method). The last row is examples/recommended.toml, loaded from its file
+(benchmarks/bench_recommended.py locates it on the cost/input frontier).
 
     .venv/bin/python benchmarks/bench_replay.py           # all traces (~30-60 s)
     .venv/bin/python benchmarks/bench_replay.py --quick   # 5 traces, 4 configurations
@@ -195,7 +197,7 @@ async def run_config(config: Config, traces: Sequence[tuple[str, list[Message]]]
         check, problems = verbatim_checker(conversation)
         baseline += await replay(conversation, None, counter=counter)
         compacted += await replay(
-            conversation, config.build(counter), counter=counter, on_call=check
+            conversation, config.build(counter), counter=counter, on_call=check, referenced=True
         )
         anthropic_baseline += await replay(conversation, None, counter=counter, pricing=priced)
         anthropic += await replay(
@@ -211,17 +213,20 @@ def table(rows: Sequence[Row]) -> str:
     width = max(len(r.name) for r in rows)
     head = (
         f"| {'configuration':<{width}} | input | cost | cost (Anthropic) | breaks | compactions | "
-        "last 5 groups + errors verbatim |"
+        "last 5 groups + errors verbatim | removed then referenced |"
     )
-    lines = [head, "|" + "---|" * 7]
+    lines = [head, "|" + "---|" * 8]
     for r in rows:
         inp = r.compacted.input_tokens / r.baseline.input_tokens
         cost = r.compacted.cost / r.baseline.cost
         anth = r.anthropic.cost / r.anthropic_baseline.cost
+        removed, quoted = r.compacted.removed_results, r.compacted.referenced_results
+        rate = f"{quoted / removed:.1%}" if removed else "-"
         lines.append(
             f"| {r.name:<{width}} | {inp:.1%} | {cost:.1%} | {anth:.1%} | "
             f"{r.compacted.cache_breaks} | "
-            f"{r.compacted.compactions} | {'yes' if r.verbatim_ok else 'no'} |"
+            f"{r.compacted.compactions} | {'yes' if r.verbatim_ok else 'no'} | "
+            f"{quoted:,} of {removed:,} ({rate}) |"
         )
     return "\n".join(lines)
 

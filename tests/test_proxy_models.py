@@ -131,11 +131,23 @@ def test_small_model_window_below_the_reserve_still_gets_a_trigger(
 
 
 def test_compaction_model_gives_wire_its_window() -> None:
-    config = Config.from_dict({"compaction": {"model": "gpt-4", "reserved_context_size": 1000}})
+    config = Config.from_dict(
+        {
+            "compaction": {
+                "strategy": "tool-result-hiding",
+                "model": "gpt-4",
+                "reserved_context_size": 1000,
+            }
+        }
+    )
     assert wire(config).max_context_size == 8192
     config = Config.from_dict(
         {
-            "compaction": {"model": "my-finetune", "reserved_context_size": 1000},
+            "compaction": {
+                "strategy": "tool-result-hiding",
+                "model": "my-finetune",
+                "reserved_context_size": 1000,
+            },
             "models": {"my-finetune": 32_768},
         }
     )
@@ -144,7 +156,14 @@ def test_compaction_model_gives_wire_its_window() -> None:
 
 def test_configured_window_wins_over_the_compaction_model() -> None:
     config = Config.from_dict(
-        {"compaction": {"model": "gpt-4o", "max_context_size": 5000, "reserved_context_size": 10}}
+        {
+            "compaction": {
+                "strategy": "tool-result-hiding",
+                "model": "gpt-4o",
+                "max_context_size": 5000,
+                "reserved_context_size": 10,
+            }
+        }
     )
     assert wire(config).max_context_size == 5000
 
@@ -191,7 +210,12 @@ def test_proxy_command_needs_no_config() -> None:
 def test_proxy_with_every_default_serves_requests(upstream: tuple[FakeUpstream, str]) -> None:
     # What `ctxcompact proxy` without --config builds, pointed at the fake upstream.
     fake, url = upstream
-    config = Config.from_dict({"proxy": {"openai_base_url": f"{url}/v1"}})
+    config = Config.from_dict(
+        {
+            "compaction": {"strategy": "tool-result-hiding"},
+            "proxy": {"openai_base_url": f"{url}/v1"},
+        }
+    )
     with serve_in_thread(create_app(config)) as proxy:
         response = post(proxy, "gpt-4o", openai_history(turns=2, output_chars=3))
     assert response.status_code == 200

@@ -70,6 +70,8 @@ def test_wire_builds_every_part_from_one_config() -> None:
 
 def test_wire_overrides_win_and_are_validated_like_the_file() -> None:
     config = Config.from_dict({"compaction": {"max_context_size": 100_000}})
+    # The default strategy summarizes: without an LLM, wire() now refuses it (NeedsLLM).
+    config = config.with_compaction(strategy="tool-result-hiding")
     wiring = wire(config, max_context_size=60_000, reserved_context_size=1_000)
     assert (wiring.max_context_size, wiring.reserved_context_size) == (60_000, 1_000)
     assert wiring.config.compaction.max_context_size == 60_000

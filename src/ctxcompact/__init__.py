@@ -20,8 +20,10 @@ from ._contract import (
     CompactionStrategy,
     Completion,
     Dependencies,
+    NeedsLLM,
     ToolSpec,
     Usage,
+    WindowedLLM,
 )
 from ._controller import (
     CompactionController,
@@ -68,6 +70,7 @@ __all__ = [
     "ImagePart",
     "LLMConfig",
     "Message",
+    "NeedsLLM",
     "ParamInfo",
     "PreparedRequest",
     "RawPart",
@@ -82,6 +85,7 @@ __all__ = [
     "ToolResult",
     "ToolSpec",
     "Usage",
+    "WindowedLLM",
     "Wiring",
     "__version__",
     "check_history",

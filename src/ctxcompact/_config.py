@@ -87,6 +87,9 @@ class LLMConfig(_Table):
     timeout: float = Field(default=60.0, gt=0)
     max_retries: int = Field(default=2, ge=0, le=20)
     max_tokens: int | None = Field(default=None, ge=1)
+    context_window: int | None = Field(default=None, ge=256)
+    """This model's own window in tokens; bounds a summarizer's request and its answer
+    (``None``: the model table's window for ``model``, see :func:`ctxcompact.context_window`)."""
 
     @model_validator(mode="before")
     @classmethod

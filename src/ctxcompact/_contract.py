@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, TypeGuard, runtime_checkable
 
 from ._messages import Message
 from ._tokens import HeuristicTokenCounter, TokenCounter
@@ -16,8 +16,12 @@ __all__ = [
     "CompactionStrategy",
     "Completion",
     "Dependencies",
+    "NeedsLLM",
     "ToolSpec",
     "Usage",
+    "WindowedLLM",
+    "has_context_window",
+    "needs_llm",
 ]
 
 CompactionOutput = Sequence[Message] | None
@@ -98,6 +102,58 @@ class LLM(Protocol):
     ) -> Completion:
         """Answer ``messages`` (a history that may start with system messages)."""
         ...
+
+
+@runtime_checkable
+class WindowedLLM(Protocol):
+    """An optional ability of an :class:`LLM`: it knows its own context window.
+
+    A summarizer reads it to bound its request and its answer by the summarizer model's
+    window rather than the agent's (a small local summarizer has a much smaller one). The
+    adapters :func:`ctxcompact.llm.build_llm` makes carry ``[compaction.llm] context_window``,
+    else the model table's window for their model.
+
+    Example:
+        >>> class Local:
+        ...     context_window = 2048
+        ...     async def complete(self, messages, **kw): ...
+        >>> has_context_window(Local())
+        True
+    """
+
+    context_window: int | None
+
+
+def has_context_window(llm: object) -> TypeGuard[WindowedLLM]:
+    """Whether ``llm`` states its context window (an ``int``; ``None`` means unknown)."""
+    window = getattr(llm, "context_window", None)
+    return isinstance(window, int) and not isinstance(window, bool) and window > 0
+
+
+@runtime_checkable
+class NeedsLLM(Protocol):
+    """An optional ability of a strategy: it can say, before any run, that it needs an LLM.
+
+    The composition root (:func:`ctxcompact._wiring.wire`) and the command line ask it when
+    no LLM is offered, so a summarizing strategy without one fails at setup rather than at
+    its first compaction.
+
+    Example:
+        >>> class Summarizer:
+        ...     def needs_llm(self) -> bool: return True
+        ...     async def compact(self, ctx): ...
+        >>> needs_llm(Summarizer())
+        True
+    """
+
+    def needs_llm(self) -> bool:
+        """True when running needs an LLM from the context (none of its own)."""
+        ...
+
+
+def needs_llm(strategy: object) -> bool:
+    """Whether ``strategy`` says it needs an LLM it was not given (see :class:`NeedsLLM`)."""
+    return isinstance(strategy, NeedsLLM) and strategy.needs_llm()
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,6 +9,9 @@ Accepted files, detected from their content:
   (a bare list of Anthropic messages only when the format is forced);
 * ``claude-code``: a Claude Code session log (``~/.claude/projects/<project>/<session>.jsonl``):
   one JSON object per line with ``type``, ``message``, ``uuid``, ``parentUuid``...
+* ``responses``: a JSON list of OpenAI Responses items, or a body with an ``input`` list;
+* ``codex``: JSON Lines of Responses items, such as a Codex CLI rollout (see
+  :mod:`ctxcompact._conversations_responses`).
 
 Every error is a :class:`~ctxcompact.exceptions.ConversationFileError` that names the file
 and where: line and column for a JSON syntax error, the line for a JSON Lines record, the
@@ -29,8 +32,8 @@ if TYPE_CHECKING:
 
 __all__ = ["FORMATS", "Conversation", "Format", "parse_conversation", "read_conversation"]
 
-Format = Literal["openai", "jsonl", "anthropic", "claude-code"]
-FORMATS: tuple[Format, ...] = ("openai", "jsonl", "anthropic", "claude-code")
+Format = Literal["openai", "jsonl", "anthropic", "claude-code", "responses", "codex"]
+FORMATS: tuple[Format, ...] = ("openai", "jsonl", "anthropic", "claude-code", "responses", "codex")
 
 # Keys and block types only the Anthropic Messages format uses.
 _ANTHROPIC_BLOCKS = frozenset({"tool_use", "tool_result", "thinking", "redacted_thinking"})
@@ -111,7 +114,7 @@ def parse_conversation(name: str, text: str, *, fmt: Format | None = None) -> Co
     stripped = text.lstrip()
     if not stripped:
         raise ConversationFileError("empty file: expected a conversation", path=name)
-    if fmt in ("jsonl", "claude-code"):
+    if fmt in ("jsonl", "claude-code", "codex"):
         return _from_lines(name, _parse_lines(name, text), fmt)
     try:
         data = json.loads(text)
@@ -121,7 +124,13 @@ def parse_conversation(name: str, text: str, *, fmt: Format | None = None) -> Co
             return _from_lines(name, lines, _lines_format(lines))
         raise _syntax_error(name, exc) from None
     if isinstance(data, list):
-        return _convert(name, fmt or "openai", data, None)
+        return _convert(name, fmt or _list_format(data), data, None)
+    if isinstance(data, dict) and (fmt == "responses" or (fmt is None and _responses_body(data))):
+        key = "input" if isinstance(data.get("input"), list) else "output"
+        items = data.get(key)
+        if not isinstance(items, list):
+            raise ConversationFileError('"input" must be a list of Responses items', path=name)
+        return _convert(name, "responses", items, data)
     if isinstance(data, dict) and "messages" in data:
         messages = data["messages"]
         if not isinstance(messages, list):
@@ -171,17 +180,38 @@ def _first_line(text: str) -> int:
     return text[: len(text) - len(text.lstrip())].count("\n") + 1
 
 
+def _list_format(items: list[Any]) -> Format:
+    from ._responses_items import looks_like_responses
+
+    return "responses" if looks_like_responses(items) else "openai"
+
+
+def _responses_body(data: dict[str, Any]) -> bool:
+    from ._responses_items import looks_like_responses
+
+    return "messages" not in data and looks_like_responses(data)
+
+
 def _is_claude_code(item: object) -> bool:
     return isinstance(item, dict) and "type" in item and "role" not in item
 
 
 def _lines_format(lines: list[tuple[int, Any]]) -> Format:
+    from ._conversations_responses import is_codex_lines
+
+    if is_codex_lines([item for _, item in lines]):
+        return "codex"
     return "claude-code" if lines and _is_claude_code(lines[0][1]) else "jsonl"
 
 
 def _from_lines(name: str, lines: list[tuple[int, Any]], fmt: Format) -> Conversation:
     if fmt == "claude-code":
         return _convert_claude_code(name, lines)
+    if fmt == "codex":
+        from ._conversations_responses import from_codex_lines
+
+        messages, envelope = from_codex_lines(name, lines)
+        return Conversation(name, "codex", messages, envelope)
     from ._openai_format import from_openai
 
     try:
@@ -216,9 +246,12 @@ def _convert(
 ) -> Conversation:
     from ._anthropic_format import from_anthropic
     from ._openai_format import from_openai
+    from ._responses_format import from_responses
 
     try:
-        if fmt == "anthropic":
+        if fmt == "responses":
+            messages = from_responses(items)
+        elif fmt == "anthropic":
             system = envelope.get("system") if envelope is not None else None
             messages = from_anthropic(items, system=system)
         else:

@@ -12,14 +12,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ._contract import LLM, CompactionStrategy, Dependencies
+from ._contract import LLM, CompactionStrategy, Dependencies, needs_llm
 from ._loader import load_strategy
+from ._models import context_window
 from ._store_memory import MemoryStore
 from ._store_recall import DEFAULT_RECALL_TEMPLATE
 from ._store_sqlite import SQLiteStore
 from ._tokens import TokenCounter, counter_from_config
-from .exceptions import ConfigError, StoreError
+from .exceptions import ConfigError, LLMRequiredError, StoreError
 from .llm import build_llm
+from .llm._base import SDKAdapter
 from .strategies._guard import ContextGuard
 from .strategies._schema1 import Schema1Masking
 from .strategies._truncation import ToolResultTruncation
@@ -27,10 +29,18 @@ from .strategies._truncation import ToolResultTruncation
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-    from ._config import Config
+    from ._config import Config, LLMConfig
     from ._store_records import OriginalsStore
 
-__all__ = ["Wiring", "build_transforms", "offered_dependencies", "open_store", "wire"]
+__all__ = [
+    "Wiring",
+    "build_llm_with_window",
+    "build_transforms",
+    "offered_dependencies",
+    "open_store",
+    "require_llm",
+    "wire",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,19 +177,23 @@ def wire(
                     path=where,
                     key="agent.llm",
                 )
-            agent_llm = build_llm(agent_config)
+            agent_llm = build_llm_with_window(agent_config)
             owned.append(agent_llm)
         summarizer = agent_llm
         if comp.llm is not None and config.agent.llm is not None:
-            summarizer = build_llm(comp.llm)
+            summarizer = build_llm_with_window(comp.llm)
             owned.append(summarizer)
     elif summarizer is None and comp.llm is not None:
-        summarizer = build_llm(comp.llm)
+        summarizer = build_llm_with_window(comp.llm)
         owned.append(summarizer)
 
     if strategy is None:
         offered = offered_dependencies(config, counter, summarizer, dependencies)
         strategy = load_strategy(comp.strategy, dependencies=offered, params=comp.params)
+        if summarizer is None:
+            require_llm(strategy, comp.strategy, where)
+    elif summarizer is None and not (dependencies and LLM in dependencies):
+        require_llm(strategy, type(strategy).__name__, where)
     transforms = tuple(build_transforms(config, size))
     owned_store = build_store and store is None and config.store.enabled
     if owned_store:
@@ -202,6 +216,34 @@ def wire(
         recall=config.store.recall,
         recall_placeholder=config.store.recall_placeholder,
         owned_store=owned_store,
+    )
+
+
+def build_llm_with_window(llm_config: LLMConfig) -> LLM:
+    """The adapter ``llm_config`` describes, stating its model's own window
+    (:class:`~ctxcompact._contract.WindowedLLM`): ``context_window`` when configured, else the
+    model table's (:func:`ctxcompact.context_window`), else unknown. A summarizer bounds its
+    request and answer by it, not by the agent's window."""
+    llm = build_llm(llm_config)
+    if isinstance(llm, SDKAdapter):
+        llm.context_window = llm_config.context_window or context_window(llm_config.model)
+    return llm
+
+
+def require_llm(strategy: object, spec: str, where: str | None = None) -> None:
+    """Fail at setup when ``strategy`` needs an LLM (:class:`~ctxcompact._contract.NeedsLLM`)
+    and none is offered, rather than at its first compaction.
+
+    Raises:
+        LLMRequiredError: Naming the strategy (and the config file) and how to give it one.
+    """
+    if not needs_llm(strategy):
+        return
+    source = f" (config {where})" if where else ""
+    raise LLMRequiredError(
+        f"strategy {spec!r}{source} needs an LLM and none is configured: add a "
+        "[compaction.llm] table (provider, model, base_url), pass llm=..., or on the command "
+        "line give --llm-base-url URL --llm-model NAME"
     )
 
 

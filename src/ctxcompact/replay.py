@@ -37,6 +37,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Literal
 
+from ._contract import has_context_window
 from ._controller import ControllerState
 from ._conversations import read_conversation
 from ._messages import Message
@@ -128,6 +129,8 @@ class MeteredLLM:
         self.tokens = 0
         self.cached_tokens = 0
         self.previous: Sequence[Message] = ()
+        # Forwarded so a summarizer still sees its model's own window (WindowedLLM).
+        self.context_window = inner.context_window if has_context_window(inner) else None
 
     async def complete(
         self,
@@ -180,6 +183,13 @@ class ReplayStats:
         calls_over_window: Calls whose input plus the reserve exceeds the window
             (``input + reserved > max``): the provider would refuse them, or the answer
             would have no room. Counted only when the replay knows the window.
+        removed_results: Tool results the strategy took out of some later call's input
+            (hidden, masked, truncated, dropped or summarised); measured only when asked
+            (``referenced=True``), see :func:`ctxcompact._referenced.removed_then_referenced`.
+        referenced_results: Of those, the ones a later answer quoted while they were out of
+            view ("removed then referenced").
+        recallable_results: Of the referenced ones, those the agent could have recalled: recall
+            was on (a store and recall placeholders) and the store held the original.
         summarizer_calls: Calls made to the summarizer LLM.
         summarizer_tokens: Tokens (input + output) those calls used.
         summarizer_cached_tokens: Of their input, the tokens repeating the previous model
@@ -208,6 +218,9 @@ class ReplayStats:
     cache_write_tokens: int = 0
     expired_calls: int = 0
     calls_over_window: int = 0
+    removed_results: int = 0
+    referenced_results: int = 0
+    recallable_results: int = 0
     summarizer_calls: int = 0
     summarizer_tokens: int = 0
     summarizer_cached_tokens: int = 0
@@ -260,6 +273,7 @@ async def replay(
     on_failure: Callable[[str], None] | None = None,
     on_call: Callable[[int, Sequence[Message]], None] | None = None,
     pricing: Pricing | None = None,
+    referenced: bool = False,
 ) -> ReplayStats:
     """Replay ``conversation`` through ``controller`` (``None``: no compaction).
 
@@ -279,6 +293,8 @@ async def replay(
             the input of that call (to check what the model would have seen).
         pricing: Bill as this provider does (``None``: flat at ``cached_price``). Its TTL
             applies where the assistant messages carry timestamps.
+        referenced: Also measure what the strategy removed that a later answer quoted
+            (``removed_results``, ``referenced_results``, ``recallable_results``).
 
     Returns:
         The replay's statistics.
@@ -290,19 +306,55 @@ async def replay(
         and controller.cache_ttl is not None
         and any(m.role == "assistant" and message_time(m) is not None for m in conversation)
     )
+    inputs: dict[int, list[Message]] = {}
+    if referenced:
+        given = on_call
+
+        def on_call(index: int, request: Sequence[Message]) -> None:
+            inputs[index] = list(request)
+            if given is not None:
+                given(index, request)
+
     if not driven or controller is None:
-        return await _replay(
+        stats = await _replay(
             conversation, controller, meter, clock, llm, mode, window, on_failure, on_call
         )
+        return _measure_referenced(stats, conversation, inputs, controller) if referenced else stats
     # The recording's timestamps are the controller's clock, so cold-cache compaction fires
     # where the recorded gaps were longer than its cache_ttl.
     saved, controller.clock = controller.clock, clock
     try:
-        return await _replay(
+        stats = await _replay(
             conversation, controller, meter, clock, llm, mode, window, on_failure, on_call
         )
     finally:
         controller.clock = saved
+    return _measure_referenced(stats, conversation, inputs, controller) if referenced else stats
+
+
+def _measure_referenced(
+    stats: ReplayStats,
+    conversation: Sequence[Message],
+    inputs: dict[int, list[Message]],
+    controller: CompactionController | None,
+) -> ReplayStats:
+    """Fill the removed-then-referenced counts from each call's input."""
+    from ._referenced import removed_then_referenced
+
+    report = removed_then_referenced(conversation, inputs)
+    stats.removed_results = report.removed
+    stats.referenced_results = report.referenced
+    store = controller.store if controller is not None else None
+    if store is None or controller is None or controller.recall_placeholder is None:
+        return stats
+    for detail in report.details:
+        if not detail.referenced or detail.tool_call_id is None:
+            continue
+        record = store.get(controller.store_namespace, detail.tool_call_id)
+        original = conversation[detail.position]
+        # Ids are re-used across turns: only the very content counts as recallable.
+        stats.recallable_results += record is not None and record.message.text == original.text
+    return stats
 
 
 class _TraceClock:

@@ -50,7 +50,8 @@ def _add_input(parser: argparse.ArgumentParser) -> None:
         choices=FORMATS,
         help="input format (default: detected: JSON list = openai, one object per line = "
         "jsonl, a body with 'system' or Anthropic blocks = anthropic, a Claude Code session "
-        "log = claude-code)",
+        "log = claude-code, Responses items (a list or a body with 'input') = responses, a "
+        "Codex rollout or JSON Lines of Responses items = codex)",
     )
 
 
@@ -97,6 +98,26 @@ def _add_strategy(parser: argparse.ArgumentParser, *, default_note: str, many: b
         "--token-counter",
         choices=("heuristic", "tiktoken"),
         help="how tokens are counted (default: the config's, else heuristic)",
+    )
+    parser.add_argument(
+        "--llm-base-url",
+        metavar="URL",
+        help="an OpenAI-compatible summarizer for strategies that summarize (with --llm-model; "
+        "replaces the config's [compaction.llm]), e.g. http://127.0.0.1:8080/v1",
+    )
+    parser.add_argument("--llm-model", metavar="NAME", help="the summarizer's model name")
+    parser.add_argument(
+        "--llm-context-window",
+        type=int,
+        metavar="N",
+        help="the summarizer model's own window in tokens: its request and summary are fitted "
+        "to it (default: the model table's, if it knows --llm-model)",
+    )
+    parser.add_argument(
+        "--llm-api-key-env",
+        metavar="VAR",
+        help="the environment variable holding the summarizer's API key (default: "
+        "OPENAI_API_KEY; none needed for a local server given by --llm-base-url)",
     )
     parser.add_argument("--json", action="store_true", help="print a JSON report")
     parser.add_argument(

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from .._pricing import Pricing, provider
 from ..replay import FileReplay, ReplayStats, replay
 from . import params_for
 from ._io import CliError, Conversation, load_demo, read_conversation
+from ._progress import FailureReport, call_progress
 from ._report import (
     ReplaySettings,
     dumps,
@@ -27,7 +28,7 @@ from ._setup import DEFAULT_STRATEGY, Setup, build_setup
 
 if TYPE_CHECKING:
     import argparse
-    from collections.abc import Callable, Sequence
+    from collections.abc import Awaitable, Sequence
 
     from .._controller import CompactionEvent
     from .._messages import Message
@@ -35,6 +36,7 @@ if TYPE_CHECKING:
 __all__ = ["run_apply", "run_replay", "run_strategies", "run_validate"]
 
 _FAILED = ("failed", "rejected", "circuit_open")
+T = TypeVar("T")
 
 
 def _out(text: str) -> None:
@@ -47,6 +49,15 @@ def _err(text: str) -> None:
 
 def _read_all(paths: Sequence[str], fmt: Any) -> list[Conversation]:
     return [read_conversation(path, fmt=fmt) for path in paths]
+
+
+async def _closing(work: Awaitable[T], setups: Sequence[Setup]) -> T:
+    """Await ``work``, then close the summarizers the setups built (also on failure)."""
+    try:
+        return await work
+    finally:
+        for setup in setups:
+            await setup.aclose()
 
 
 def _raise_if_llm_missing(event: CompactionEvent | None) -> None:
@@ -66,7 +77,7 @@ def run_apply(args: argparse.Namespace) -> int:
     setup = build_setup(
         args, spec=args.strategy, default_strategy=None, params=[v for _, v in args.param]
     )
-    return asyncio.run(_apply(args, conversation, setup))
+    return asyncio.run(_closing(_apply(args, conversation, setup), [setup]))
 
 
 async def _apply(args: argparse.Namespace, conversation: Conversation, setup: Setup) -> int:
@@ -177,7 +188,7 @@ def run_replay(args: argparse.Namespace) -> int:
     ]
     args.pricing_table = _pricing(args, setups[0])
     conversations = _read_all(args.files, args.format) if args.files else [load_demo()]
-    replays = asyncio.run(_replay_all(args, conversations, setups))
+    replays = asyncio.run(_closing(_replay_all(args, conversations, setups), setups))
     first = setups[0]
     settings = ReplaySettings(
         strategies=tuple(setup.label for setup in setups),
@@ -186,6 +197,7 @@ def run_replay(args: argparse.Namespace) -> int:
         cached_price=args.cached_price,
         token_counter=first.counter_name,
         pricing=args.pricing_table,
+        recall=any(setup.config.store.recall for setup in setups),
     )
     if args.plot:
         plot_replays(settings, replays, args.plot)
@@ -232,7 +244,8 @@ async def _replay_all(
         counter.clear()
         runs: list[ReplayStats] = []
         for setup in setups:
-            report = _FailureReport(conversation.name, setup.label, bar.write)
+            report = FailureReport(conversation.name, setup.label, bar.write)
+            progress = call_progress(args, conversation, setup, many=len(conversations) > 1)
             try:
                 runs.append(
                     await replay(
@@ -244,10 +257,14 @@ async def _replay_all(
                         pricing=args.pricing_table,
                         mode=args.mode,
                         on_failure=report,
+                        on_call=progress,
+                        referenced=True,
                     )
                 )
             finally:
                 setup.counter.clear()
+                if progress is not None:
+                    progress.close()
         replays.append(
             FileReplay(conversation.name, len(conversation.messages), baseline, tuple(runs))
         )
@@ -264,26 +281,6 @@ def _pricing(args: argparse.Namespace, setup: Setup) -> Pricing:
         return provider(args.pricing, extra=extra, cached_price=args.cached_price)
     except KeyError as exc:
         raise CliError(f"--pricing: {exc.args[0]}") from None
-
-
-class _FailureReport:
-    """Prints each distinct compaction error once; a missing LLM stops the replay."""
-
-    def __init__(self, name: str, label: str, write: Callable[..., None]) -> None:
-        self.name = name
-        self.label = label
-        self.write = write
-        self.seen: set[str] = set()
-
-    def __call__(self, error: str) -> None:
-        if "LLMRequiredError" in error:
-            raise CliError(
-                f"{self.name}: strategy {self.label} needs an LLM and none is configured: add a "
-                f"[compaction.llm] table to a config file and pass --config FILE ({error})"
-            )
-        if error not in self.seen:
-            self.seen.add(error)
-            self.write(f"{self.name}: {self.label}: compaction failed: {error}", file=sys.stderr)
 
 
 # -- validate ------------------------------------------------------------------------------

@@ -1,7 +1,8 @@
 """Reading and writing conversation files for the command line: CLI errors, the demo.
 
 Reading and format detection live in :mod:`ctxcompact._conversations` (OpenAI JSON list or
-body, JSON Lines, Anthropic body, Claude Code session logs); here its errors become
+body, JSON Lines, Anthropic body, Claude Code session logs, Responses items and Codex
+rollouts); here its errors become
 :class:`CliError` (one line, exit 2) and results are written back in the input's format.
 """
 
@@ -79,6 +80,11 @@ def write_conversation(conversation: Conversation, history: list[Message], out: 
     from .._openai_format import to_openai
 
     payload: object
+    if conversation.format in ("responses", "codex"):
+        from .._conversations_responses import dump_responses
+
+        _write_text(dump_responses(history, conversation.format, conversation.envelope), out)
+        return
     # A Claude Code log is written as the Anthropic Messages it holds (its blocks round-trip).
     if conversation.format in ("anthropic", "claude-code"):
         system, messages = to_anthropic(history)
@@ -102,6 +108,10 @@ def write_conversation(conversation: Conversation, history: list[Message], out: 
         text = "".join(json.dumps(item, ensure_ascii=False) + "\n" for item in items)
     else:
         text = json.dumps(payload, ensure_ascii=False, indent=2) + "\n"
+    _write_text(text, out)
+
+
+def _write_text(text: str, out: str) -> None:
     if out == "-":
         sys.stdout.write(text)
         return

@@ -39,10 +39,16 @@ _STAT_KEYS = (
     "cache_read_tokens",
     "cache_write_tokens",
     "expired_calls",
+    "calls_over_window",
+    "removed_results",
+    "removed_then_referenced",
+    "recallable_results",
     "summarizer_calls",
     "summarizer_tokens",
     "summarizer_cached_tokens",
 )
+# JSON keys whose value is a ReplayStats attribute of another name.
+_ATTRIBUTES = {"removed_then_referenced": "referenced_results"}
 _RATIO_KEYS = ("input_tokens", "peak_context_tokens", "cost")
 
 
@@ -57,6 +63,8 @@ class ReplaySettings:
         cached_price: Price of a cached token relative to an uncached one.
         token_counter: ``heuristic`` or ``tiktoken``.
         pricing: How the cost was billed (``None``: flat at ``cached_price``).
+        recall: Whether some run had recall on (the report then says how many of the
+            removed-then-referenced results the agent could have recalled).
 
     Example:
         >>> ReplaySettings(("tool-result-hiding",), 16000, 4000, 0.1, "heuristic").strategies
@@ -69,6 +77,7 @@ class ReplaySettings:
     cached_price: float
     token_counter: str
     pricing: Pricing | None = None
+    recall: bool = False
 
     @property
     def priced(self) -> bool:
@@ -83,11 +92,17 @@ def ratio(part: float, whole: float) -> float | None:
 
 def stats_json(stats: ReplayStats, *, per_call: bool) -> dict[str, Any]:
     """One ``Stats`` object of the replay schema."""
-    data: dict[str, Any] = {key: getattr(stats, key) for key in _STAT_KEYS}
+    data: dict[str, Any] = {key: getattr(stats, _ATTRIBUTES.get(key, key)) for key in _STAT_KEYS}
     data["cost"] = round(stats.cost, 3)
+    data["removed_then_referenced_rate"] = round(_referenced_rate(stats), 4)
     if per_call:
         data["context_tokens"] = list(stats.context_tokens)
     return data
+
+
+def _referenced_rate(stats: ReplayStats) -> float:
+    """``referenced / removed``: 0 when nothing was removed."""
+    return stats.referenced_results / stats.removed_results if stats.removed_results else 0.0
 
 
 def _ratios(compacted: ReplayStats, baseline: ReplayStats) -> dict[str, float | None]:
@@ -196,6 +211,8 @@ _ROWS = (
     ("peak context tokens", "peak_context_tokens", True),
     ("cost, cache-adjusted", "cost", True),
     ("cache breaks", "cache_breaks", False),
+    ("calls over the window", "calls_over_window", False),
+    ("removed then referenced", "referenced_results", False),
     ("summarizer calls", "summarizer_calls", False),
     ("summarizer tokens", "summarizer_tokens", False),
 )
@@ -216,13 +233,16 @@ def _cell(value: float, base: float, key: str, *, long: bool) -> str:
     return f"{_num(value)} ({text})"
 
 
-def _rows(pricing: Pricing | None) -> tuple[tuple[str, str, bool], ...]:
+def _rows(pricing: Pricing | None, *, recall: bool) -> tuple[tuple[str, str, bool], ...]:
     """The rows of a block; a provider's pricing names the cost and adds cache reads and writes."""
-    if pricing is None or pricing.name == "flat":
-        return _ROWS
+    flat = pricing is None or pricing.name == "flat"
     out = []
     for row in _ROWS:
-        if row[1] == "cost":
+        if row[1] == "referenced_results":
+            out.append(row)
+            if recall:
+                out.append(("  could be recalled", "recallable_results", False))
+        elif row[1] == "cost" and pricing is not None and not flat:
             out.append((f"cost ({_short(pricing.name, 15)})", "cost", True))
             out.append(("cache reads (tokens)", "cache_read_tokens", False))
             out.append(("cache writes (tokens)", "cache_write_tokens", False))
@@ -239,6 +259,8 @@ def _block(
     baseline: ReplayStats,
     compacted: Sequence[ReplayStats],
     priced: Pricing | None = None,
+    *,
+    recall: bool = False,
 ) -> list[str]:
     """Rows of statistics, one column for no compaction and one per strategy.
 
@@ -246,15 +268,17 @@ def _block(
     """
     long = len(labels) == 1
     rows = []
-    for name, key, with_ratio in _rows(priced):
+    for name, key, with_ratio in _rows(priced, recall=recall):
         base = getattr(baseline, key)
         cells = [
             _cell(getattr(stats, key), base, key, long=long)
             if with_ratio
+            else _referenced_cell(stats)
+            if key == "referenced_results"
             else _num(getattr(stats, key))
             for stats in compacted
         ]
-        rows.append((name, _num(base), cells))
+        rows.append((name, "-" if key == "referenced_results" else _num(base), cells))
     width = max(26, *(len(cell) + 2 for _, _, cells in rows for cell in cells))
     head = "".join(f"{_short(label, width - 2):>{width}}" for label in labels)
     lines = [title, f"  {'':<22}{'no compaction':>15}{head}"]
@@ -263,6 +287,14 @@ def _block(
     if not long:
         lines.append(f"  {_LEGEND}")
     return lines
+
+
+def _referenced_cell(stats: ReplayStats) -> str:
+    """``referenced of removed (rate)``: removed results a later answer quoted."""
+    return (
+        f"{stats.referenced_results:,} of {stats.removed_results:,} "
+        f"(rate {_pct(_referenced_rate(stats))})"
+    )
 
 
 def _file_table(labels: Sequence[str], replays: Sequence[FileReplay]) -> list[str]:
@@ -354,6 +386,11 @@ def _verdict(label: str, stats: ReplayStats, baseline: ReplayStats) -> str:
     share = ratio(stats.input_tokens, baseline.input_tokens)
     if cost is None or share is None:
         return f"{label}: no model call to compare"
+    if stats.compactions == 0 and stats.failed_compactions:
+        return (
+            f"{label}: no change: all {stats.failed_compactions:,} compaction attempts failed "
+            "(the errors are above)"
+        )
     if stats.compactions == 0 and stats.cost == baseline.cost:
         return (
             f"{label}: no change: the conversation never reached the trigger "
@@ -410,11 +447,13 @@ def replay_text(settings: ReplaySettings, replays: Sequence[FileReplay]) -> str:
         lines += _file_table(labels, replays)
         lines.append("")
         title = f"total: {len(replays)} files, {sum(i.messages for i in replays):,} messages"
-        lines += _block(title, labels, baseline, compacted, priced)
+        lines += _block(title, labels, baseline, compacted, priced, recall=settings.recall)
     else:
         for item in replays:
             title = f"{item.name}: {item.messages} messages"
-            lines += _block(title, labels, item.baseline, item.compacted, priced)
+            lines += _block(
+                title, labels, item.baseline, item.compacted, priced, recall=settings.recall
+            )
     lines.append("")
     lines += _verdicts(settings, baseline, compacted, replays)
     return "\n".join(lines)

@@ -12,8 +12,7 @@ from .._controller import CompactionController
 from .._defaults import REPLAY_MAX_CONTEXT_SIZE, REPLAY_RESERVED_CONTEXT_SIZE
 from .._loader import load_strategy
 from .._tokens import counter_from_config
-from .._wiring import offered_dependencies, wire
-from ..llm import build_llm
+from .._wiring import build_llm_with_window, offered_dependencies, require_llm, wire
 from ..replay import MemoCounter, MeteredLLM
 from ._io import CliError
 
@@ -90,9 +89,22 @@ class Setup:
         """Tokens kept free below the window."""
         return self.config.compaction.reserved_context_size
 
+    async def aclose(self) -> None:
+        """Close the summarizer this setup built (its HTTP client), inside the event loop."""
+        close = getattr(self.llm.inner, "aclose", None) if self.llm is not None else None
+        if close is not None:
+            await close()
+
     def make_controller(self) -> CompactionController:
-        """A new controller (and a new strategy object: strategies may keep state)."""
-        wiring = wire(self.config, llm=self.llm, token_counter=self.counter)
+        """A new controller (and a new strategy object: strategies may keep state).
+
+        With ``[store] recall = true`` it gets a fresh in-memory store: a replay measures
+        what recall would give and never writes the configured store's file.
+        """
+        from .._store_memory import MemoryStore
+
+        store = MemoryStore() if self.config.store.recall else None
+        wiring = wire(self.config, llm=self.llm, token_counter=self.counter, store=store)
         return CompactionController.from_wiring(wiring)
 
 
@@ -111,6 +123,7 @@ def build_setup(
     """
     given: Config | None = load_config(args.config) if args.config else None
     config = given if given is not None else Config()
+    config = _with_llm_flags(args, config)
     cli_params = parse_params(params)
     counter_name = args.token_counter or config.token_counting.method
     if counter_name not in ("heuristic", "tiktoken"):
@@ -118,7 +131,7 @@ def build_setup(
     settings = config.token_counting.model_copy(update={"method": counter_name})
     counter = MemoCounter(counter_from_config(settings))
     llm = (
-        MeteredLLM(build_llm(config.compaction.llm), counter)
+        MeteredLLM(build_llm_with_window(config.compaction.llm), counter)
         if config.compaction.llm is not None
         else None
     )
@@ -139,10 +152,34 @@ def build_setup(
         reserved_context_size=reserved,
     )
     # Fail fast, before reading or replaying anything.
-    load_strategy(
+    strategy = load_strategy(
         spec, dependencies=offered_dependencies(config, counter, llm), params=strategy_params
     )
+    if llm is None:
+        require_llm(strategy, spec, args.config)
     return Setup(spec, config, counter, counter_name, llm)
+
+
+def _with_llm_flags(args: argparse.Namespace, config: Config) -> Config:
+    """``--llm-base-url`` / ``--llm-model`` (/ ``--llm-api-key-env``): an OpenAI-compatible
+    summarizer that replaces the config's ``[compaction.llm]``."""
+    url = getattr(args, "llm_base_url", None)
+    model = getattr(args, "llm_model", None)
+    key_env = getattr(args, "llm_api_key_env", None)
+    window = getattr(args, "llm_context_window", None)
+    if url is None and model is None:
+        if key_env is not None or window is not None:
+            flag = "--llm-api-key-env" if key_env is not None else "--llm-context-window"
+            raise CliError(f"{flag} needs --llm-model (and usually --llm-base-url)")
+        return config
+    if model is None:
+        raise CliError("--llm-base-url needs --llm-model NAME (the summarizer's model)")
+    table: dict[str, Any] = {"provider": "openai", "model": model, "base_url": url}
+    if key_env is not None:
+        table["api_key_env"] = key_env
+    if window is not None:
+        table["context_window"] = window
+    return config.with_compaction(llm=table)
 
 
 def _limits(args: argparse.Namespace, config: Config | None) -> tuple[int, int]:

@@ -39,6 +39,8 @@ class SDKAdapter(Generic[ClientT]):
 
     provider: ClassVar[str]
     sdk_errors: ClassVar[SdkErrors]
+    context_window: int | None = None
+    """The model's own window (``WindowedLLM``); :func:`ctxcompact._wiring.wire` sets it."""
 
     def __init__(
         self,

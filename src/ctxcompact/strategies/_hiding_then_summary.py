@@ -114,6 +114,10 @@ class HidingThenSummary:
         """The injected summarizer, if any."""
         return self.summary.llm
 
+    def needs_llm(self) -> bool:
+        """True when no LLM was given: it must come from the context (see ``NeedsLLM``)."""
+        return self.summary.needs_llm()
+
     def __repr__(self) -> str:
         return (
             f"HidingThenSummary(preserve_recent_n={self.hiding.preserve_recent_n}, "

@@ -6,7 +6,7 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from .._contract import Dependencies
+from .._contract import Dependencies, needs_llm
 from .._loader import load_strategy
 from ..exceptions import ConfigError
 
@@ -67,6 +67,10 @@ ToolResultHiding(preserve_recent_n=3, batch_turns=0, clear_at_least=0))
         for k, step in enumerate(steps):
             resolved.append(_load_step(step, k, offer))
         self.strategies: tuple[CompactionStrategy, ...] = tuple(resolved)
+
+    def needs_llm(self) -> bool:
+        """True when any step needs an LLM it was not given (see ``NeedsLLM``)."""
+        return any(needs_llm(step) for step in self.strategies)
 
     def __repr__(self) -> str:
         return f"Pipeline({', '.join(repr(s) for s in self.strategies)})"

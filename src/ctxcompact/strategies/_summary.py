@@ -20,7 +20,7 @@ import re
 from typing import TYPE_CHECKING
 
 # LLM is needed at run time, not only for typing: the loader injects by resolved annotation.
-from .._contract import LLM  # noqa: TC001
+from .._contract import LLM, has_context_window
 from .._groups import tool_groups
 from .._messages import ImagePart, Message, TextPart
 from ..exceptions import (
@@ -152,8 +152,12 @@ class LLMSummary:
             from ``ctx.llm`` at run time when ``None``.
         max_preserved_messages: User/assistant messages kept verbatim at the end (>= 0).
         max_summary_tokens: The summarizer's ``max_tokens``; the prompt asks for fewer words.
-        max_input_tokens: Budget of the summarizer's whole request (``None``: the context's
-            ``max_context_size`` minus ``max_summary_tokens``), estimated with
+            When the summarizer states its own window (``context_window``, see
+            :class:`~ctxcompact._contract.WindowedLLM`: ``[compaction.llm] context_window``
+            or the model table), at most a quarter of that window is asked for.
+        max_input_tokens: Budget of the summarizer's whole request (``None``: the
+            summarizer's own window when it states one, else the context's
+            ``max_context_size``, minus the summary's tokens), estimated with
             ``ctx.token_counter``. Oversized items are cut head + tail to fit it.
         prompt: The instructions placed after the transcript (default :data:`SUMMARY_PROMPT`).
         system_prompt: The summarizer's system prompt (default :data:`SUMMARIZER_SYSTEM`).
@@ -214,6 +218,10 @@ class LLMSummary:
             f"max_summary_tokens={self.max_summary_tokens}, "
             f"max_input_tokens={self.max_input_tokens}, cache_aligned={self.cache_aligned})"
         )
+
+    def needs_llm(self) -> bool:
+        """True when no LLM was given: it must come from the context (see ``NeedsLLM``)."""
+        return self.llm is None
 
     async def compact(
         self, ctx: CompactionContext, *, live: Sequence[Message] | None = None
@@ -278,10 +286,23 @@ class LLMSummary:
 
     # -- the summarizer call -------------------------------------------------------------------
 
+    def _window(self, llm: LLM) -> int | None:
+        return llm.context_window if has_context_window(llm) else None
+
+    def output_tokens(self, llm: LLM) -> int:
+        """The summary's ``max_tokens``: ``max_summary_tokens``, at most a quarter of the
+        summarizer's own window when it states one."""
+        window = self._window(llm)
+        if window is None:
+            return self.max_summary_tokens
+        return max(16, min(self.max_summary_tokens, window // 4))
+
     async def _summarize(self, llm: LLM, items: list[str], ctx: CompactionContext) -> str:
         counter = ctx.token_counter
-        budget = self.max_input_tokens or (ctx.max_context_size - self.max_summary_tokens)
-        words = max(16, int(self.max_summary_tokens * 0.6))
+        out = self.output_tokens(llm)
+        window = self._window(llm) or ctx.max_context_size
+        budget = self.max_input_tokens or (window - out)
+        words = max(16, int(out * 0.6))
         instructions = f"{self.prompt}\n\nKeep the summary under about {words} words."
         fixed = counter.count(
             [Message.system(self.system_prompt), Message.user(instructions + _SHORTER)]
@@ -295,19 +316,19 @@ class LLMSummary:
         fitted = _fit(items, room, counter)
         request = _request(fitted, instructions)
         try:
-            completion = await self._complete(llm, request)
+            completion = await self._complete(llm, request, out)
         except ContextTooLongError as exc:
             # Half of what was sent, not of the budget: the model's real window may be smaller.
             sent = sum(counter.count_message(Message.user(t)) for t in fitted)
             logger.warning("summarizer input too long (%s); retrying with half the input", exc)
             request = _request(_fit(items, max(_MIN_ITEM_TOKENS, sent // 2), counter), instructions)
-            completion = await self._complete(llm, request)
+            completion = await self._complete(llm, request, out)
         text = _answer_text(completion)
         if completion.finish_reason != "length":
             return _nonempty(text, completion)
         logger.info("summary cut at the output limit; asking for a shorter one")
         shorter = request[0].text + _SHORTER.format(words=max(8, words // 2))
-        retry = await self._complete(llm, [Message.user(shorter)])
+        retry = await self._complete(llm, [Message.user(shorter)], out)
         retry_text = _answer_text(retry)
         if retry.finish_reason != "length":
             return _nonempty(retry_text, retry)
@@ -318,8 +339,9 @@ class LLMSummary:
     ) -> str | None:
         """The summary asked as the continuation of the live ``history``; ``None`` (after a
         warning) when the normal request must be sent instead."""
-        budget = self.max_input_tokens or (ctx.max_context_size - self.max_summary_tokens)
-        words = max(16, int(self.max_summary_tokens * 0.6))
+        out = self.output_tokens(llm)
+        budget = self.max_input_tokens or ((self._window(llm) or ctx.max_context_size) - out)
+        words = max(16, int(out * 0.6))
         kept = self.max_preserved_messages
         scope = _BEFORE_LAST.format(kept=kept) if kept else _ALL_SO_FAR
         body = _SUMMARY_BODY if self.prompt == SUMMARY_PROMPT else self.prompt
@@ -339,7 +361,7 @@ class LLMSummary:
             )
         else:
             try:
-                completion = await self._complete(llm, request, aligned=True, tools=tools)
+                completion = await self._complete(llm, request, out, aligned=True, tools=tools)
             except ContextTooLongError:
                 reason = "the model refused the live history as too long"
             else:
@@ -352,7 +374,7 @@ class LLMSummary:
                     logger.info("summary cut at the output limit; asking for a shorter one")
                     shorter = instructions + _SHORTER.format(words=max(8, words // 2))
                     retry = await self._complete(
-                        llm, [*history, Message.user(shorter)], aligned=True, tools=tools
+                        llm, [*history, Message.user(shorter)], out, aligned=True, tools=tools
                     )
                     retry_text = _answer_text(retry)
                     if retry.finish_reason != "length":
@@ -367,15 +389,14 @@ class LLMSummary:
         self,
         llm: LLM,
         messages: list[Message],
+        out: int,
         *,
         aligned: bool = False,
         tools: Sequence[ToolSpec] | None = None,
     ) -> Completion:
         if aligned:  # the live request's own system messages and tools: its cached prefix
-            return await llm.complete(messages, tools=tools, max_tokens=self.max_summary_tokens)
-        return await llm.complete(
-            messages, system=self.system_prompt, max_tokens=self.max_summary_tokens
-        )
+            return await llm.complete(messages, tools=tools, max_tokens=out)
+        return await llm.complete(messages, system=self.system_prompt, max_tokens=out)
 
 
 # -- choosing the cut --------------------------------------------------------------------------
