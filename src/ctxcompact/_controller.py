@@ -99,10 +99,14 @@ class ControllerState:
         self.last_call: float | None = None  # the controller's clock at the last model call
 
     def reset(self) -> None:
-        """Close the circuit, drop the min-progress wait and forget counts and usage."""
+        """Start afresh: close the circuit, drop the min-progress wait, forget counts, usage,
+        the last call's time (a new conversation is no cold cache) and what was produced."""
         self.count.reset()
         self.failures = 0
         self.retry_at = None
+        self.last_call = None
+        self.last_status = None
+        self.produced = ProducedMessages()
 
 
 class CompactionController:
@@ -463,8 +467,11 @@ class CompactionController:
         st.retry_at = int(estimate * (1 + self.min_progress)) if saved < self.min_progress else None
         kept = {id(m) for m in result}
         rewritten = sum(1 for m in history if id(m) not in kept)
+        # tokens_before may be the provider's count; state the result in the same units
+        # (the estimate scaled by the provider's ratio), so before - after is the saving.
+        reported = round(after * tokens / estimate) if estimate and tokens != estimate else after
         event = CompactionEvent(
-            name, trigger, "compacted", tokens, after, n, len(result), duration, None, rewritten
+            name, trigger, "compacted", tokens, reported, n, len(result), duration, None, rewritten
         )
         self._emit(event, st)
         return CompactionResult(result, event, store_error)

@@ -420,7 +420,8 @@ async def _replay(
         stats.summarizer_calls = llm.calls - llm_calls
         stats.summarizer_tokens = llm.tokens - llm_tokens
         cached = stats.summarizer_cached_tokens = llm.cached_tokens - llm_cached
-        stats.summarizer_cost = stats.summarizer_tokens - cached + cached * meter.cached_price
+        # The provider's prices: Anthropic bills the uncached part as a cache write (1.25x).
+        stats.summarizer_cost = meter.pricing.cost(stats.summarizer_tokens, cached)
     return stats
 
 
