@@ -48,6 +48,7 @@ def create_app(
     """
     try:
         from ._app import ProxySettings, build_app
+        from ._recall import Recall
         from ._rewrite import Rewriter
     except ImportError as exc:  # starlette or httpx missing
         raise MissingDependencyError("the ctxcompact proxy", "proxy") from exc
@@ -57,7 +58,7 @@ def create_app(
             path=str(config.path) if config.path else None,
             key="compaction.max_context_size",
         )
-    wiring = wire(config, strategy=strategy, llm=llm, token_counter=token_counter)
+    wiring = wire(config, strategy=strategy, llm=llm, token_counter=token_counter, build_store=True)
     p = config.proxy
     settings = ProxySettings(
         openai_base_url=p.openai_base_url,
@@ -65,7 +66,10 @@ def create_app(
         timeout=p.timeout,
         max_body_bytes=p.max_body_bytes,
     )
-    return build_app(Rewriter(CompactionController.from_wiring(wiring)), settings, client=client)
+    controller = CompactionController.from_wiring(wiring)
+    recall = Recall(wiring.store) if wiring.recall and wiring.store is not None else None
+    rewriter = Rewriter(controller, recall=recall, reuse_summaries=wiring.store is not None)
+    return build_app(rewriter, settings, client=client)
 
 
 def serve(config: Config, *, host: str | None = None, port: int | None = None) -> None:

@@ -18,11 +18,14 @@ from .._anthropic_format import from_anthropic, to_anthropic
 from .._controller import CompactionController, ControllerState
 from .._events import strategy_name
 from .._openai_format import from_openai, to_openai
+from ._recall import CALLER
+from ._reuse import remember_rewrite, reuse_rewrites
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
     from .._messages import Message
+    from ._recall import Recall
 
 __all__ = ["RewriteReport", "Rewriter"]
 
@@ -59,6 +62,8 @@ class RewriteReport:
     messages_before: int
     messages_after: int
     error: str | None = None
+    recall_namespace: str | None = None
+    """Set when the recall tool was offered: whose originals its calls read (not a header)."""
 
     def header(self) -> str:
         """The ``x-ctxcompact`` header value: ``key=value`` pairs separated by ``; ``."""
@@ -81,6 +86,9 @@ class Rewriter:
     Args:
         controller: Decides when to compact and how; shared by every request (each gets a
             fresh :class:`~ctxcompact.ControllerState`).
+        recall: Offers the recall tool on requests it changed (``[store] recall``).
+        reuse_summaries: With the controller's store, reuse a conversation's earlier
+            compaction instead of computing it again (:mod:`ctxcompact.proxy._reuse`).
 
     Example:
         >>> from ctxcompact import CompactionController
@@ -89,8 +97,16 @@ class Rewriter:
         ...                                   reserved_context_size=100))
     """
 
-    def __init__(self, controller: CompactionController) -> None:
+    def __init__(
+        self,
+        controller: CompactionController,
+        *,
+        recall: Recall | None = None,
+        reuse_summaries: bool = False,
+    ) -> None:
         self.controller = controller
+        self.recall = recall
+        self.reuse_summaries = reuse_summaries and controller.store is not None
 
     @property
     def strategy_name(self) -> str:
@@ -106,7 +122,7 @@ class Rewriter:
         def encode(history: Sequence[Message]) -> Body:
             return {**body, "messages": to_openai(history)}
 
-        return await self._rewrite(lambda: from_openai(raw), encode, _max_tokens(body))
+        return await self._rewrite(lambda: from_openai(raw), encode, _max_tokens(body), "openai")
 
     async def rewrite_anthropic(self, body: Body) -> tuple[Body | None, RewriteReport]:
         """Rewrite a Messages API body. ``None`` means: forward the original bytes."""
@@ -123,7 +139,10 @@ class Rewriter:
             return out
 
         return await self._rewrite(
-            lambda: from_anthropic(raw, system=body.get("system")), encode, _max_tokens(body)
+            lambda: from_anthropic(raw, system=body.get("system")),
+            encode,
+            _max_tokens(body),
+            "anthropic",
         )
 
     async def _rewrite(
@@ -131,6 +150,7 @@ class Rewriter:
         decode: Callable[[], list[Message]],
         encode: Callable[[Sequence[Message]], Body],
         max_tokens: int | None,
+        provider: str,
     ) -> tuple[Body | None, RewriteReport]:
         controller = self.controller
         name = self.strategy_name
@@ -139,8 +159,15 @@ class Rewriter:
         except ValueError as exc:  # FormatError: let the upstream answer the malformed request
             return None, self._skipped(f"messages not understood: {type(exc).__name__}")
         counter = controller.token_counter
-        state = ControllerState()  # per request: the proxy keeps nothing between requests
+        store, namespace = controller.store, CALLER.get()
+        # per request: the proxy keeps nothing between requests (but what the store keeps)
+        state = ControllerState(namespace=namespace if store is not None else None)
+        received, reused = history, 0
+        if self.reuse_summaries and store is not None:
+            history, reused = reuse_rewrites(store, namespace, history)
         before = controller.token_count(history, state=state)  # step() reuses this count
+        if reused:
+            before = counter.count(received)
         # A max_tokens as large as the window cannot fit at all; the trigger needs a reserve
         # below the window, and then fires on any history.
         reserved = (
@@ -157,7 +184,10 @@ class Rewriter:
         failed = event is not None and event.status in ("failed", "rejected")
         if failed and event is not None:
             errors.append(event.error or event.status)
+        if step.compacted and self.reuse_summaries and store is not None:
+            remember_rewrite(store, namespace, history, step.history)
         request: Sequence[Message] = step.request
+        history = received
         if not _differs(request, history):
             action = "failed" if failed else "unchanged"
             return None, RewriteReport(
@@ -173,10 +203,21 @@ class Rewriter:
             return None, RewriteReport(
                 "failed", name, before, before, len(history), len(history), _join(errors)
             )
-        action = "compacted" if step.compacted else "failed" if failed else "transformed"
+        compacted = step.compacted or reused
+        action = "compacted" if compacted else "failed" if failed else "transformed"
         after = counter.count(request)
+        offered = self.recall is not None and store is not None and not step.store_errors
+        if offered and self.recall is not None:
+            new_body = self.recall.offer(new_body, provider)
         return new_body, RewriteReport(
-            action, name, before, after, len(history), len(request), _join(errors)
+            action,
+            name,
+            before,
+            after,
+            len(history),
+            len(request),
+            _join(errors),
+            namespace if offered else None,
         )
 
     def _skipped(self, why: str) -> RewriteReport:
