@@ -127,21 +127,21 @@ def _call(i: int) -> list[Message]:
     return [Message.assistant(None, tool_calls=[call]), Message.tool(f"c{i}", f"out {i}")]
 
 
-def test_chained_rewrites_are_substituted_one_after_the_other() -> None:
+def test_a_later_compaction_is_kept_under_the_received_messages_it_covers() -> None:
     store = MemoryStore()
     head = [Message.system("sys"), Message.user("go"), *_call(0), *_call(1)]
     summary1 = Message.user(SUMMARY_PREFIX + "one")
     after1 = [head[0], summary1, *head[4:]]
-    assert remember_rewrite(store, "ns", head, after1)
+    assert remember_rewrite(store, "ns", head, 0, head, after1)
     grown = [*head, *_call(2)]
-    reused, n = reuse_rewrites(store, "ns", grown)
-    assert n == 1
+    reused, end = reuse_rewrites(store, "ns", grown)
+    assert end == 4
     assert reused == [*after1, *grown[len(head) :]]
-    # A later compaction of the reused history is kept too, and both apply in turn.
+    # The compaction of the reused history merges the summary: kept under `grown`'s messages.
     summary2 = Message.user(SUMMARY_PREFIX + "two")
-    assert remember_rewrite(store, "ns", reused, [reused[0], summary2, *reused[-2:]])
-    again, n = reuse_rewrites(store, "ns", [*grown, *_call(3)])
-    assert n == 2
+    assert remember_rewrite(store, "ns", grown, end, reused, [reused[0], summary2, *reused[-2:]])
+    again, end = reuse_rewrites(store, "ns", [*grown, *_call(3)])
+    assert end == len(grown) - 2
     assert again == [reused[0], summary2, *grown[-2:], *_call(3)]
     assert grown == [*head, *_call(2)]  # input untouched
     assert reuse_rewrites(store, "other", grown) == (grown, 0)

@@ -204,6 +204,7 @@ def build_app(
                 tokens_after=report.tokens_before,
                 messages_after=report.messages_before,
                 error="; ".join(filter(None, [report.error, f"proxy {reason}"])),
+                recall_namespace=None,  # the recall tool went out with the rewrite
             )
             return raw, unsent
 

@@ -7,8 +7,8 @@ request's messages up to the last one it replaced (the unchanged messages before
 included), and, on a later request whose history starts with those very messages, puts the
 kept rewrite in their place before the controller decides anything. A summary is then written
 once, and the upstream receives the same summary text (the same prompt prefix: its cache is
-kept) on every later request of the conversation. Chained compactions (a summary merged into a
-later one) are substituted one after the other.
+kept) on every later request of the conversation. A later compaction (a summary merged into a
+new one) is kept under the received messages it covers, so one substitution always suffices.
 """
 
 from __future__ import annotations
@@ -26,12 +26,9 @@ if TYPE_CHECKING:
     from .._messages import Message
     from .._store_records import OriginalsStore
 
-__all__ = ["MAX_SUBSTITUTIONS", "prefix_keys", "remember_rewrite", "reuse_rewrites"]
+__all__ = ["prefix_keys", "remember_rewrite", "reuse_rewrites"]
 
 logger = logging.getLogger("ctxcompact.proxy")
-
-MAX_SUBSTITUTIONS = 8
-"""Kept rewrites substituted one after the other at most (a conversation compacted 8 times)."""
 
 
 def prefix_keys(messages: Sequence[Message]) -> list[str]:
@@ -53,30 +50,25 @@ def prefix_keys(messages: Sequence[Message]) -> list[str]:
 def reuse_rewrites(
     store: OriginalsStore, namespace: str, history: Sequence[Message]
 ) -> tuple[list[Message], int]:
-    """``history`` with every kept rewrite of its leading messages put in their place.
+    """``history`` with the kept rewrite of its longest kept prefix put in its place.
 
-    Returns the new history and how many rewrites were substituted (0: ``history`` as it
-    came). The longest kept prefix wins; a store failure, or a result with more
-    ``check_history`` problems than the history had, leaves the history as it was.
+    Returns the new history and how many leading messages of ``history`` were replaced (0:
+    ``history`` as it came). A store failure, or a result with more ``check_history``
+    problems than the history had, leaves the history as it was.
     """
-    current = list(history)
-    substituted = 0
-    while substituted < MAX_SUBSTITUTIONS:
-        try:
-            found = _longest(store, namespace, current)
-        except Exception as exc:  # the store failing must not fail the request
-            logger.warning("proxy: reading kept summaries failed: %s", type(exc).__name__)
-            break
-        if found is None:
-            break
-        end, rewrite = found
-        candidate = [*rewrite, *current[end:]]
-        if len(check_history(candidate)) > len(check_history(current)):
-            logger.warning("proxy: a kept summary does not fit this history; not reused")
-            break
-        current = candidate
-        substituted += 1
-    return (current, substituted) if substituted else (list(history), 0)
+    try:
+        found = _longest(store, namespace, history)
+    except Exception as exc:  # the store failing must not fail the request
+        logger.warning("proxy: reading kept summaries failed: %s", type(exc).__name__)
+        return list(history), 0
+    if found is None:
+        return list(history), 0
+    end, rewrite = found
+    candidate = [*rewrite, *history[end:]]
+    if len(check_history(candidate)) > len(check_history(history)):
+        logger.warning("proxy: a kept summary does not fit this history; not reused")
+        return list(history), 0
+    return candidate, end
 
 
 def _longest(
@@ -93,21 +85,26 @@ def _longest(
 def remember_rewrite(
     store: OriginalsStore,
     namespace: str,
+    received: Sequence[Message],
+    reused: int,
     before: Sequence[Message],
     after: Sequence[Message],
 ) -> bool:
-    """Keep what a compaction turned ``before`` into, for the next request of the conversation.
+    """Keep what a compaction turned the request into, for the next request of the conversation.
 
-    The unchanged tail (the same messages at the end of both) is left out: the key covers
-    ``before`` up to the last message the compaction replaced, the kept messages are what
-    stands for them. Returns whether something was kept; a store failure is logged and
-    swallowed (the compaction stands, the next request computes it again).
+    ``before`` is what the compaction ran on: ``received`` with its first ``reused`` messages
+    replaced by a kept rewrite (:func:`reuse_rewrites`). The key covers the messages
+    *received* up to the last one the compaction replaced (so the next request needs one
+    substitution however many compactions came before); the kept messages are what stands
+    for them. Returns whether something was kept; a store failure is logged and swallowed
+    (the compaction stands, the next request computes it again).
     """
     tail = 0
-    limit = min(len(before), len(after))
+    # The unchanged tail can only reach back to the received messages ``before`` ends with.
+    limit = min(len(after), len(received) - reused)
     while tail < limit and _same(before[-1 - tail], after[-1 - tail]):
         tail += 1
-    replaced = before[: len(before) - tail]
+    replaced = received[: len(received) - tail]
     if not replaced:
         return False
     rewrite = after[: len(after) - tail]

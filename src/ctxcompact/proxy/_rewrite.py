@@ -185,7 +185,7 @@ class Rewriter:
         if failed and event is not None:
             errors.append(event.error or event.status)
         if step.compacted and self.reuse_summaries and store is not None:
-            remember_rewrite(store, namespace, history, step.history)
+            remember_rewrite(store, namespace, received, reused, history, step.history)
         request: Sequence[Message] = step.request
         history = received
         if not _differs(request, history):
