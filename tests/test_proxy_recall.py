@@ -222,3 +222,24 @@ def test_caller_namespace_hashes_the_key_and_has_an_anonymous_default() -> None:
     assert SECRET not in bearer
     assert caller_namespace({}) == ANONYMOUS_NAMESPACE
     assert caller_namespace({"x-api-key": OTHER}) != bearer
+
+
+def test_recall_after_a_reused_compaction_returns_the_original(
+    upstream: tuple[FakeUpstream, str], tmp_path: Path
+) -> None:
+    fake, url = upstream
+    first = openai_history(turns=4, output_chars=300)
+    call = {"id": "call_9", "type": "function", "function": {"name": "bash", "arguments": "{}"}}
+    second = [
+        *first,
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "call_9", "content": "ok"},
+    ]
+    with start_proxy(recall_config(tmp_path, url)) as proxy:
+        client = openai_client(proxy)
+        client.chat.completions.create(model="m", messages=first, max_tokens=100)
+        fake.recall_ids = ["call_0"]
+        client.chat.completions.create(model="m", messages=second, max_tokens=100)
+    sent1, sent2, follow_up = (r.json()["messages"] for r in fake.received)
+    assert sent2[: len(sent1)] == sent1  # the kept rewrite was reused
+    assert "1: line 0" in follow_up[-1]["content"]

@@ -137,6 +137,9 @@ def test_a_later_compaction_is_kept_under_the_received_messages_it_covers() -> N
     reused, end = reuse_rewrites(store, "ns", grown)
     assert end == 4
     assert reused == [*after1, *grown[len(head) :]]
+    # What the rewrite kept unchanged is the client's own message again, not a stored copy.
+    assert reused[0] is grown[0]
+    assert all(a is b for a, b in zip(reused[2:], grown[4:], strict=True))
     # The compaction of the reused history merges the summary: kept under `grown`'s messages.
     summary2 = Message.user(SUMMARY_PREFIX + "two")
     assert remember_rewrite(store, "ns", grown, end, reused, [reused[0], summary2, *reused[-2:]])

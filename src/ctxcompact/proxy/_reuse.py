@@ -64,7 +64,11 @@ def reuse_rewrites(
     if found is None:
         return list(history), 0
     end, rewrite = found
-    candidate = [*rewrite, *history[end:]]
+    # Messages the rewrite kept as they were are the client's own objects again, so the
+    # controller tells them (originals) from what a rewrite produced (not originals).
+    received = {message_key(m): m for m in history[:end]}
+    kept = [received.get(message_key(m), m) for m in rewrite]
+    candidate = [*kept, *history[end:]]
     if len(check_history(candidate)) > len(check_history(history)):
         logger.warning("proxy: a kept summary does not fit this history; not reused")
         return list(history), 0

@@ -165,6 +165,7 @@ class Rewriter:
         received, reused = history, 0
         if self.reuse_summaries and store is not None:
             history, reused = reuse_rewrites(store, namespace, history)
+            state.produced.add(received, history)  # kept summaries are not originals
         before = controller.token_count(history, state=state)  # step() reuses this count
         if reused:
             before = counter.count(received)
