@@ -17,7 +17,7 @@ import pytest
 from ctxcompact import Message, ToolCall, check_history, from_openai, load_config
 from ctxcompact.proxy import create_app
 from ctxcompact.proxy._reuse import prefix_keys, remember_rewrite, reuse_rewrites
-from ctxcompact.store import MemoryStore, summary_key
+from ctxcompact.store import MemoryStore, StoreError, summary_key
 from ctxcompact.strategies._summary import SUMMARY_PREFIX
 from ctxcompact.testing import ScriptedLLM
 from tests.proxy_servers import FakeUpstream, serve_in_thread
@@ -157,3 +157,16 @@ def test_a_kept_rewrite_that_would_break_tool_pairs_is_not_used() -> None:
     store.put_summary("ns", summary_key(history[:2]), [Message.user(SUMMARY_PREFIX + "x")])
     assert reuse_rewrites(store, "ns", history) == (history, 0)
     assert history == [Message.user("go"), *_call(0), *_call(1)]  # input untouched
+
+
+def test_the_store_the_proxy_opened_is_closed_at_shutdown(
+    upstream: tuple[FakeUpstream, str], tmp_path: Path
+) -> None:
+    _, url = upstream
+    app = create_app(load_config(summary_config(tmp_path, url)), llm=ScriptedLLM())
+    store = app.state.rewriter.controller.store
+    with serve_in_thread(app) as proxy:
+        ask(proxy, [{"role": "user", "content": "hi"}])
+        assert store.get_summary("x", "y") is None  # open while serving
+    with pytest.raises(StoreError):
+        store.get_summary("x", "y")

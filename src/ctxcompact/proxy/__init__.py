@@ -48,7 +48,7 @@ def create_app(
     """
     try:
         from ._app import ProxySettings, build_app
-        from ._recall import Recall
+        from ._recall import Recall, close_on_shutdown
         from ._rewrite import Rewriter
     except ImportError as exc:  # starlette or httpx missing
         raise MissingDependencyError("the ctxcompact proxy", "proxy") from exc
@@ -69,7 +69,10 @@ def create_app(
     controller = CompactionController.from_wiring(wiring)
     recall = Recall(wiring.store) if wiring.recall and wiring.store is not None else None
     rewriter = Rewriter(controller, recall=recall, reuse_summaries=wiring.store is not None)
-    return build_app(rewriter, settings, client=client)
+    app = build_app(rewriter, settings, client=client)
+    if wiring.owned_store and wiring.store is not None:
+        close_on_shutdown(app, wiring.store)
+    return app
 
 
 def serve(config: Config, *, host: str | None = None, port: int | None = None) -> None:

@@ -15,6 +15,7 @@ content-block indices continue the first answer's).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 from contextvars import ContextVar
@@ -36,6 +37,8 @@ from ._redact import safe_report_header
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Mapping
 
+    from starlette.applications import Starlette
+
     from .._store_records import OriginalsStore
     from ._rewrite import RewriteReport
 
@@ -45,6 +48,7 @@ __all__ = [
     "MAX_RECALL_ROUNDS",
     "Recall",
     "caller_namespace",
+    "close_on_shutdown",
 ]
 
 logger = logging.getLogger("ctxcompact.proxy")
@@ -61,6 +65,23 @@ CALLER: ContextVar[str] = ContextVar("ctxcompact_proxy_caller", default=ANONYMOU
 Body = dict[str, Any]
 _HOP = frozenset({"content-length", "content-encoding", "transfer-encoding", "connection"})
 _HOP |= {"keep-alive", "trailer", "upgrade", "date", "server"}
+
+
+def close_on_shutdown(app: Starlette, store: OriginalsStore) -> None:
+    """Close ``store`` (the one the proxy opened from ``[store]``) when ``app`` shuts down."""
+    inner = app.router.lifespan_context
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        async with inner(app):
+            try:
+                yield
+            finally:
+                close = getattr(store, "close", None)
+                if callable(close):
+                    close()
+
+    app.router.lifespan_context = lifespan
 
 
 def caller_namespace(headers: Mapping[str, str]) -> str:
