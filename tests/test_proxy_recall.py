@@ -23,13 +23,32 @@ from tests.proxy_servers import FakeUpstream, serve_in_thread
 from tests.test_proxy import (
     SECRET,
     anthropic_history,
-    openai_client,
     openai_history,
     start_proxy,
     write_config,
 )
 
 OTHER = "sk-other-caller-7777"
+_OPEN: list[openai.OpenAI | anthropic.Anthropic] = []
+
+
+@pytest.fixture(autouse=True)
+def _close_clients() -> Iterator[None]:
+    yield
+    while _OPEN:
+        _OPEN.pop().close()
+
+
+def openai_client(proxy: str, key: str = SECRET) -> openai.OpenAI:
+    client = openai.OpenAI(base_url=f"{proxy}/v1", api_key=key, max_retries=0)
+    _OPEN.append(client)
+    return client
+
+
+def anthropic_client(proxy: str) -> anthropic.Anthropic:
+    client = anthropic.Anthropic(base_url=proxy, api_key=SECRET, max_retries=0)
+    _OPEN.append(client)
+    return client
 
 
 @pytest.fixture
@@ -85,7 +104,7 @@ def test_anthropic_recall_call_is_answered_by_the_proxy(
     fake.recall_ids = ["toolu_1"]
     messages = anthropic_history(turns=4, output_chars=300)
     with start_proxy(recall_config(tmp_path, url)) as proxy:
-        client = anthropic.Anthropic(base_url=proxy, api_key=SECRET, max_retries=0)
+        client = anthropic_client(proxy)
         answer = client.messages.create(model="m", max_tokens=100, messages=messages)
     assert [b.type for b in answer.content] == ["text"]
     first, second = (r.json() for r in fake.received)
@@ -106,7 +125,7 @@ def test_one_caller_cannot_recall_another_callers_originals(
     theirs = json.loads(json.dumps(mine).replace("call_", "other_").replace("line ", "theirs "))
     with start_proxy(recall_config(tmp_path, url)) as proxy:
         # The other caller's request stores its originals under its own key.
-        other = openai.OpenAI(base_url=f"{proxy}/v1", api_key=OTHER, max_retries=0)
+        other = openai_client(proxy, OTHER)
         other.chat.completions.create(model="m", messages=theirs, max_tokens=100)
         fake.recall_ids = ["other_0", "call_0"]
         openai_client(proxy).chat.completions.create(model="m", messages=mine, max_tokens=100)
@@ -148,7 +167,7 @@ def test_anthropic_stream_is_one_message_for_the_client(
     fake.recall_ids = ["toolu_0"]
     messages = anthropic_history(turns=4, output_chars=300)
     with start_proxy(recall_config(tmp_path, url)) as proxy:
-        client = anthropic.Anthropic(base_url=proxy, api_key=SECRET, max_retries=0)
+        client = anthropic_client(proxy)
         with client.messages.stream(model="m", max_tokens=100, messages=messages) as stream:
             final = stream.get_final_message()
     assert [(b.type, getattr(b, "text", None)) for b in final.content] == [

@@ -65,10 +65,10 @@ def next_turn(messages: list[dict[str, Any]], n: int) -> list[dict[str, Any]]:
 
 
 def ask(proxy: str, messages: list[dict[str, Any]], key: str = SECRET) -> str:
-    client = openai.OpenAI(base_url=f"{proxy}/v1", api_key=key, max_retries=0)
-    raw = client.chat.completions.with_raw_response.create(
-        model="m", messages=messages, max_tokens=100
-    )
+    with openai.OpenAI(base_url=f"{proxy}/v1", api_key=key, max_retries=0) as client:
+        raw = client.chat.completions.with_raw_response.create(
+            model="m", messages=messages, max_tokens=100
+        )
     return raw.headers["x-ctxcompact"]
 
 
