@@ -76,6 +76,7 @@ class FakeUpstream:
         recall_ids: While not empty and the request offers ``recall_tool_result``, the
             answer calls it with the next of these ids (taken off the list).
         also_call: With ``recall_ids``, the answer also calls this other tool (mixed).
+        follow_up_status: When set, a request carrying a recall result gets this status.
     """
 
     received: list[Received] = field(default_factory=list)
@@ -83,6 +84,7 @@ class FakeUpstream:
     release_last_chunk: threading.Event | None = None
     recall_ids: list[str] = field(default_factory=list)
     also_call: str | None = None
+    follow_up_status: int | None = None
 
     def _recall_call(self, body: dict[str, Any]) -> list[tuple[str, str, str]] | None:
         """``(id, name, arguments JSON)`` of the calls to answer with, or None."""
@@ -113,6 +115,9 @@ class FakeUpstream:
                     headers={"retry-after": "0"},
                 )
             body = item.json()
+            called = '"name": "recall_tool_result"' in json.dumps(body["messages"])
+            if self.follow_up_status and called:
+                return JSONResponse({"error": {"message": "down"}}, self.follow_up_status)
             calls = self._recall_call(body)
             if calls is not None:
                 if body.get("stream"):

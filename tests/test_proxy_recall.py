@@ -262,3 +262,24 @@ def test_recall_after_a_reused_compaction_returns_the_original(
     sent1, sent2, follow_up = (r.json()["messages"] for r in fake.received)
     assert sent2[: len(sent1)] == sent1  # the kept rewrite was reused
     assert "1: line 0" in follow_up[-1]["content"]
+
+
+def test_a_failing_follow_up_reaches_the_client_as_an_error(
+    upstream: tuple[FakeUpstream, str], tmp_path: Path
+) -> None:
+    fake, url = upstream
+    fake.follow_up_status = 503
+    messages = openai_history(turns=4, output_chars=300)
+    with start_proxy(recall_config(tmp_path, url)) as proxy:
+        client = openai_client(proxy)
+        fake.recall_ids = ["call_0"]
+        with pytest.raises(openai.APIStatusError) as plain:
+            client.chat.completions.create(model="m", messages=messages, max_tokens=100)
+        fake.recall_ids = ["call_0"]
+        stream = client.chat.completions.create(
+            model="m", messages=messages, max_tokens=100, stream=True
+        )
+        with pytest.raises(openai.APIError, match="upstream answered 503 during recall"):
+            list(stream)
+    assert plain.value.status_code == 503
+    assert len(fake.received) == 4
