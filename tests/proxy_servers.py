@@ -79,6 +79,10 @@ class FakeUpstream:
             stating ``window``), ``openai-bare`` (the code, no window stated),
             ``anthropic`` (400 "prompt is too long: N tokens > window maximum"), ``413``.
         window: The window the refusal states.
+        recall_ids: While not empty and the request offers ``recall_tool_result``, the
+            answer calls it with the next of these ids (taken off the list).
+        also_call: With ``recall_ids``, the answer also calls this other tool (mixed).
+        follow_up_status: When set, a request carrying a recall result gets this status.
     """
 
     received: list[Received] = field(default_factory=list)
@@ -87,6 +91,21 @@ class FakeUpstream:
     max_prompt_bytes: int | None = None
     too_long: str = "openai"
     window: int = 8192
+    recall_ids: list[str] = field(default_factory=list)
+    also_call: str | None = None
+    follow_up_status: int | None = None
+
+    def _recall_call(self, body: dict[str, Any]) -> list[tuple[str, str, str]] | None:
+        """``(id, name, arguments JSON)`` of the calls to answer with, or None."""
+        names = [(t.get("function") or t).get("name") for t in body.get("tools") or []]
+        if not self.recall_ids or "recall_tool_result" not in names:
+            return None
+        n = len(self.received)
+        target = self.recall_ids.pop(0)
+        calls = [(f"rc_{n}", "recall_tool_result", json.dumps({"tool_call_id": target}))]
+        if self.also_call:
+            calls.append((f"oc_{n}", self.also_call, "{}"))
+        return calls
 
     def refusal(self, item: Received) -> Response | None:
         """The context-too-long answer for ``item``, or ``None`` when it fits."""
@@ -138,6 +157,16 @@ class FakeUpstream:
                     headers={"retry-after": "0"},
                 )
             body = item.json()
+            called = '"name": "recall_tool_result"' in json.dumps(body["messages"])
+            if self.follow_up_status and called:
+                return JSONResponse({"error": {"message": "down"}}, self.follow_up_status)
+            calls = self._recall_call(body)
+            if calls is not None:
+                if body.get("stream"):
+                    return StreamingResponse(
+                        _openai_tool_stream(calls), media_type="text/event-stream"
+                    )
+                return JSONResponse(_openai_tool_completion(calls))
             if body.get("stream"):
                 return StreamingResponse(self._openai_stream(), media_type="text/event-stream")
             return JSONResponse(_openai_completion(len(body["messages"])))
@@ -148,6 +177,13 @@ class FakeUpstream:
             if refused is not None:
                 return refused
             body = item.json()
+            calls = self._recall_call(body)
+            if calls is not None:
+                if body.get("stream"):
+                    return StreamingResponse(
+                        _anthropic_tool_stream(calls), media_type="text/event-stream"
+                    )
+                return JSONResponse(_anthropic_tool_message(calls))
             if body.get("stream"):
                 return StreamingResponse(self._anthropic_stream(), media_type="text/event-stream")
             return JSONResponse(_anthropic_message(len(body["messages"])))
@@ -385,3 +421,91 @@ def serve_broken_stream(chunks: int = 2) -> Iterator[tuple[str, list[bytes]]]:
         stop.set()
         thread.join(timeout=10)
         server.close()
+
+
+def _openai_tool_completion(calls: list[tuple[str, str, str]]) -> dict[str, Any]:
+    answer = _openai_completion(0)
+    tool_calls = [
+        {"id": i, "type": "function", "function": {"name": name, "arguments": args}}
+        for i, name, args in calls
+    ]
+    answer["choices"][0]["message"] = {
+        "role": "assistant",
+        "content": "Let me look again.",
+        "tool_calls": tool_calls,
+    }
+    answer["choices"][0]["finish_reason"] = "tool_calls"
+    return answer
+
+
+async def _openai_tool_stream(calls: list[tuple[str, str, str]]) -> AsyncIterator[bytes]:
+    def chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
+        data = {
+            "id": "chatcmpl-t",
+            "object": "chat.completion.chunk",
+            "created": 0,
+            "model": "fake-model",
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+        }
+        return f"data: {json.dumps(data)}\n\n".encode()
+
+    yield chunk({"role": "assistant", "content": "Let me look again."})
+    for index, (i, name, args) in enumerate(calls):
+        half = len(args) // 2
+        first = {"name": name, "arguments": args[:half]}
+        yield chunk(
+            {"tool_calls": [{"index": index, "id": i, "type": "function", "function": first}]}
+        )
+        yield chunk({"tool_calls": [{"index": index, "function": {"arguments": args[half:]}}]})
+    yield chunk({}, "tool_calls")
+    yield b"data: [DONE]\n\n"
+
+
+def _anthropic_tool_message(calls: list[tuple[str, str, str]]) -> dict[str, Any]:
+    answer = _anthropic_message(0)
+    answer["content"] = [{"type": "text", "text": "Let me look again."}] + [
+        {"type": "tool_use", "id": i, "name": name, "input": json.loads(args)}
+        for i, name, args in calls
+    ]
+    answer["stop_reason"] = "tool_use"
+    return answer
+
+
+async def _anthropic_tool_stream(calls: list[tuple[str, str, str]]) -> AsyncIterator[bytes]:
+    msg = _anthropic_message(0)
+    msg["content"] = []
+    events: list[dict[str, Any]] = [
+        {"type": "message_start", "message": msg},
+        {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
+        {
+            "type": "content_block_delta",
+            "index": 0,
+            "delta": {"type": "text_delta", "text": "Let me look again."},
+        },
+        {"type": "content_block_stop", "index": 0},
+    ]
+    for index, (i, name, args) in enumerate(calls, start=1):
+        block = {"type": "tool_use", "id": i, "name": name, "input": {}}
+        half = len(args) // 2
+        events += [
+            {"type": "content_block_start", "index": index, "content_block": block},
+            *(
+                {
+                    "type": "content_block_delta",
+                    "index": index,
+                    "delta": {"type": "input_json_delta", "partial_json": part},
+                }
+                for part in (args[:half], args[half:])
+            ),
+            {"type": "content_block_stop", "index": index},
+        ]
+    events += [
+        {
+            "type": "message_delta",
+            "delta": {"stop_reason": "tool_use", "stop_sequence": None},
+            "usage": {"output_tokens": 9},
+        },
+        {"type": "message_stop"},
+    ]
+    for data in events:
+        yield f"event: {data['type']}\ndata: {json.dumps(data)}\n\n".encode()

@@ -56,6 +56,7 @@ def create_app(
     """
     try:
         from ._app import ProxySettings, build_app
+        from ._recall import Recall, close_on_shutdown
         from ._retry import ContextRetry
         from ._rewrite import Rewriter
         from ._windows import ModelWindows
@@ -74,10 +75,13 @@ def create_app(
             llm=llm,
             token_counter=token_counter,
             max_context_size=_UNUSED_WINDOW,
+            build_store=True,
         )
         per_model = ModelWindows(wiring)
     else:
-        wiring = wire(config, strategy=strategy, llm=llm, token_counter=token_counter)
+        wiring = wire(
+            config, strategy=strategy, llm=llm, token_counter=token_counter, build_store=True
+        )
     p = config.proxy
     settings = ProxySettings(
         openai_base_url=p.openai_base_url,
@@ -85,9 +89,18 @@ def create_app(
         timeout=p.timeout,
         max_body_bytes=p.max_body_bytes,
     )
-    rewriter = Rewriter(CompactionController.from_wiring(wiring), per_model=per_model)
+    recall = Recall(wiring.store) if wiring.recall and wiring.store is not None else None
+    rewriter = Rewriter(
+        CompactionController.from_wiring(wiring),
+        per_model=per_model,
+        recall=recall,
+        reuse_summaries=wiring.store is not None,
+    )
     retry = ContextRetry(config, wiring.counter)  # config: its own window, not the placeholder
-    return build_app(rewriter, settings, client=client, retry=retry)
+    app = build_app(rewriter, settings, client=client, retry=retry)
+    if wiring.owned_store and wiring.store is not None:
+        close_on_shutdown(app, wiring.store)
+    return app
 
 
 def serve(config: Config, *, host: str | None = None, port: int | None = None) -> None:

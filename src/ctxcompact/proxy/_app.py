@@ -24,6 +24,7 @@ from starlette.routing import Route
 
 from .._events import strategy_name
 from ._json import BodyError, encode_body, parse_body
+from ._recall import CALLER, caller_namespace
 from ._redact import display_url, safe_report_header
 from ._rewrite import Body, RewriteReport, dumps
 
@@ -164,12 +165,20 @@ def build_app(
             body = parse_body(raw)
         except BodyError as exc:
             return _error(400, exc.reason)
+        CALLER.set(caller_namespace(request.headers))  # whose store namespace, for the rewriter
         out, report = await _rewrite(request, provider, body, raw)
         # Never the headers: they carry the API key.
         logger.info("%s %s %s", request.method, request.url.path, safe_report_header(report))
         if report.error:
             logger.debug(
                 "%s %s error detail: %.500s", request.method, request.url.path, report.error
+            )
+        recall = getattr(rewriter, "recall", None)
+        if report.recall_namespace is not None and recall is not None:
+            url = _upstream_url(settings, provider, request.url.path, request.url.query)
+            headers = {k: v for k, v in request.headers.items() if k.lower() not in _DROP_REQUEST}
+            return await recall.respond(  # type: ignore[no-any-return]
+                http, url, headers, provider, out, report, report.recall_namespace
             )
         return await _forward(request, provider, request.url.path, out, report)
 
@@ -209,6 +218,7 @@ def build_app(
                 tokens_after=report.tokens_before,
                 messages_after=report.messages_before,
                 error="; ".join(filter(None, [report.error, f"proxy {reason}"])),
+                recall_namespace=None,  # the recall tool went out with the rewrite
             )
             return raw, unsent
 

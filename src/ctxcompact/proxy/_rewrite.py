@@ -18,12 +18,15 @@ from .._anthropic_format import from_anthropic, to_anthropic
 from .._controller import CompactionController, ControllerState
 from .._events import strategy_name
 from .._openai_format import from_openai, to_openai
+from ._recall import CALLER
 from ._responses import responses_codec
+from ._reuse import remember_rewrite, reuse_rewrites
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
     from .._messages import Message
+    from ._recall import Recall
 
 __all__ = ["Codec", "RewriteReport", "Rewriter", "codec", "max_output_tokens"]
 
@@ -65,6 +68,8 @@ class RewriteReport:
     error: str | None = None
     retried: int = 0
     window: int | None = None
+    recall_namespace: str | None = None
+    """Set when the recall tool was offered: whose originals its calls read (not a header)."""
 
     def header(self) -> str:
         """The ``x-ctxcompact`` header value: ``key=value`` pairs separated by ``; ``."""
@@ -92,6 +97,10 @@ class Rewriter:
         per_model: When set, picks the controller for the model a request names instead
             (:class:`~ctxcompact.proxy._windows.ModelWindows`); a string it returns is the
             reason the request is forwarded unchanged (``skipped``).
+        recall: Offers the recall tool on Chat Completions and Messages requests it changed
+            (``[store] recall``).
+        reuse_summaries: With the controller's store, reuse a conversation's earlier
+            compaction instead of computing it again (:mod:`ctxcompact.proxy._reuse`).
 
     Example:
         >>> from ctxcompact import CompactionController
@@ -105,9 +114,13 @@ class Rewriter:
         controller: CompactionController,
         *,
         per_model: Callable[[object], CompactionController | str] | None = None,
+        recall: Recall | None = None,
+        reuse_summaries: bool = False,
     ) -> None:
         self.controller = controller
         self.per_model = per_model
+        self.recall = recall
+        self.reuse_summaries = reuse_summaries and controller.store is not None
 
     @property
     def strategy_name(self) -> str:
@@ -116,17 +129,19 @@ class Rewriter:
 
     async def rewrite_openai(self, body: Body) -> tuple[Body | None, RewriteReport]:
         """Rewrite a Chat Completions body. ``None`` means: forward the original bytes."""
-        return await self._rewrite(body, codec("openai", body))
+        return await self._rewrite(body, codec("openai", body), "openai")
 
     async def rewrite_anthropic(self, body: Body) -> tuple[Body | None, RewriteReport]:
         """Rewrite a Messages API body. ``None`` means: forward the original bytes."""
-        return await self._rewrite(body, codec("anthropic", body))
+        return await self._rewrite(body, codec("anthropic", body), "anthropic")
 
     async def rewrite_responses(self, body: Body) -> tuple[Body | None, RewriteReport]:
         """Rewrite a Responses API body. ``None`` means: forward the original bytes."""
-        return await self._rewrite(body, codec("responses", body))
+        return await self._rewrite(body, codec("responses", body), "responses")
 
-    async def _rewrite(self, body: Body, found: Codec | str) -> tuple[Body | None, RewriteReport]:
+    async def _rewrite(
+        self, body: Body, found: Codec | str, provider: str
+    ) -> tuple[Body | None, RewriteReport]:
         if isinstance(found, str):
             return None, self._skipped(found)
         decode, encode = found
@@ -143,8 +158,16 @@ class Rewriter:
         except ValueError as exc:  # FormatError: let the upstream answer the malformed request
             return None, self._skipped(f"messages not understood: {type(exc).__name__}")
         counter = controller.token_counter
-        state = ControllerState()  # per request: the proxy keeps nothing between requests
+        store, namespace = controller.store, CALLER.get()
+        # per request: the proxy keeps nothing between requests (but what the store keeps)
+        state = ControllerState(namespace=namespace if store is not None else None)
+        received, reused = history, 0
+        if self.reuse_summaries and store is not None:
+            history, reused = reuse_rewrites(store, namespace, history)
+            state.produced.add(received, history)  # kept summaries are not originals
         before = controller.token_count(history, state=state)  # step() reuses this count
+        if reused:
+            before = counter.count(received)
         # A max_tokens as large as the window cannot fit at all; the trigger needs a reserve
         # below the window, and then fires on any history.
         reserved = (
@@ -161,7 +184,10 @@ class Rewriter:
         failed = event is not None and event.status in ("failed", "rejected")
         if failed and event is not None:
             errors.append(event.error or event.status)
+        if step.compacted and self.reuse_summaries and store is not None:
+            remember_rewrite(store, namespace, received, reused, history, step.history)
         request: Sequence[Message] = step.request
+        history = received
         if not _differs(request, history):
             action = "failed" if failed else "unchanged"
             return None, RewriteReport(
@@ -177,10 +203,26 @@ class Rewriter:
             return None, RewriteReport(
                 "failed", name, before, before, len(history), len(history), _join(errors)
             )
-        action = "compacted" if step.compacted else "failed" if failed else "transformed"
+        compacted = step.compacted or reused
+        action = "compacted" if compacted else "failed" if failed else "transformed"
         after = counter.count(request)
+        offered = (
+            self.recall is not None
+            and store is not None
+            and provider != "responses"  # its tools have another shape: not offered there
+            and not step.store_errors
+        )
+        if offered and self.recall is not None:
+            new_body = self.recall.offer(new_body, provider)
         return new_body, RewriteReport(
-            action, name, before, after, len(history), len(request), _join(errors)
+            action,
+            name,
+            before,
+            after,
+            len(history),
+            len(request),
+            _join(errors),
+            recall_namespace=namespace if offered else None,
         )
 
     def _skipped(self, why: str) -> RewriteReport:

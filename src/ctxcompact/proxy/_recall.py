@@ -1,0 +1,310 @@
+"""Recall through the proxy: the model reads back what compaction removed, the client never knows.
+
+With ``[store]`` and ``recall = true``, every request the proxy changed goes out with the
+``recall_tool_result`` tool added. When the model's answer calls only that tool, the proxy runs
+it against the caller's own originals (:func:`caller_namespace`: a hash of the caller's API
+key), appends the call and its result to the request and asks the upstream again, at most
+:data:`MAX_RECALL_ROUNDS` times; the client receives the final answer. An answer that mixes
+the recall tool with other tools is passed through unchanged.
+
+Streaming answers are relayed as they come until the first tool-call delta names the recall
+tool; from there the answer is held, and when it ends with only recall calls the follow-up's
+stream continues the same response (for Anthropic, its ``message_start`` is left out and its
+content-block indices continue the first answer's).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+from contextvars import ContextVar
+from typing import TYPE_CHECKING, Any
+
+import httpx
+from starlette.responses import JSONResponse, Response, StreamingResponse
+
+from .._store_recall import (
+    RECALL_TOOL_NAME,
+    execute_recall,
+    recall_tool_spec_anthropic,
+    recall_tool_spec_openai,
+)
+from .._store_records import credential_namespace
+from ._recall_stream import StreamState, sse_events
+from ._redact import safe_report_header
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator, Mapping
+
+    from starlette.applications import Starlette
+
+    from .._store_records import OriginalsStore
+    from ._rewrite import RewriteReport
+
+__all__ = [
+    "ANONYMOUS_NAMESPACE",
+    "CALLER",
+    "MAX_RECALL_ROUNDS",
+    "Recall",
+    "caller_namespace",
+    "close_on_shutdown",
+]
+
+logger = logging.getLogger("ctxcompact.proxy")
+
+MAX_RECALL_ROUNDS = 3
+"""Recall rounds per client request at most; past it the answer goes to the client as is."""
+
+ANONYMOUS_NAMESPACE = "anonymous"
+"""The namespace of callers that send no API key (they share it)."""
+
+CALLER: ContextVar[str] = ContextVar("ctxcompact_proxy_caller", default=ANONYMOUS_NAMESPACE)
+"""The namespace of the request being handled (set by the app, read by the rewriter)."""
+
+Body = dict[str, Any]
+_HOP = frozenset({"content-length", "content-encoding", "transfer-encoding", "connection"})
+_HOP |= {"keep-alive", "trailer", "upgrade", "date", "server"}
+
+
+def close_on_shutdown(app: Starlette, store: OriginalsStore) -> None:
+    """Close ``store`` (the one the proxy opened from ``[store]``) when ``app`` shuts down."""
+    inner = app.router.lifespan_context
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        async with inner(app):
+            try:
+                yield
+            finally:
+                close = getattr(store, "close", None)
+                if callable(close):
+                    close()
+
+    app.router.lifespan_context = lifespan
+
+
+def caller_namespace(headers: Mapping[str, str]) -> str:
+    """The store namespace of a caller: a hash of its ``Authorization: Bearer`` key, else of
+    its ``x-api-key``, else :data:`ANONYMOUS_NAMESPACE`.
+
+    Example:
+        >>> caller_namespace({}) == ANONYMOUS_NAMESPACE
+        True
+    """
+    auth = headers.get("authorization", "")
+    scheme, _, token = auth.partition(" ")
+    key = token.strip() if scheme.lower() == "bearer" else ""
+    key = key or headers.get("x-api-key", "").strip()
+    return credential_namespace(key) if key else ANONYMOUS_NAMESPACE
+
+
+class Recall:
+    """Offers the recall tool and answers the model's recall calls for the proxy.
+
+    Args:
+        store: Where the controller keeps what it removed, per caller namespace.
+        max_rounds: Recall rounds per client request at most.
+
+    Example:
+        >>> from ctxcompact.store import MemoryStore
+        >>> body = Recall(MemoryStore()).offer({"messages": []}, "openai")
+        >>> body["tools"][0]["function"]["name"]
+        'recall_tool_result'
+    """
+
+    def __init__(self, store: OriginalsStore, *, max_rounds: int = MAX_RECALL_ROUNDS) -> None:
+        self.store = store
+        self.max_rounds = max_rounds
+
+    def offer(self, body: Body, provider: str) -> Body:
+        """``body`` with the recall tool added to its ``tools`` (once)."""
+        tools = body.get("tools")
+        tools = list(tools) if isinstance(tools, list) else []
+        if any(_tool_name(t) == RECALL_TOOL_NAME for t in tools):
+            return body
+        spec = recall_tool_spec_openai() if provider == "openai" else recall_tool_spec_anthropic()
+        return {**body, "tools": [*tools, spec]}
+
+    def run(self, calls: list[tuple[str, Any]], namespace: str) -> list[tuple[str, str]]:
+        """Each call's id and the text of its result."""
+        return [(cid, execute_recall(self.store, args, namespace=namespace)) for cid, args in calls]
+
+    async def respond(
+        self,
+        http: httpx.AsyncClient,
+        url: str,
+        headers: dict[str, str],
+        provider: str,
+        content: bytes,
+        report: RewriteReport,
+        namespace: str,
+    ) -> Response:
+        """Send ``content`` upstream, answer recall calls, return the final answer."""
+        body: Body = json.loads(content)
+        extra = {"x-ctxcompact": safe_report_header(report)}
+        try:
+            upstream = await _send(http, url, headers, content)
+        except httpx.HTTPError as exc:
+            return _upstream_error(exc, extra)
+        if body.get("stream") is True:
+            return _stream_response(
+                self, http, url, headers, provider, body, upstream, namespace, extra
+            )
+        rounds = 0
+        while True:
+            await upstream.aread()
+            await upstream.aclose()
+            calls = _recall_only(provider, upstream) if rounds < self.max_rounds else None
+            if calls is None:
+                if rounds:
+                    logger.info("proxy: answered %d recall round(s) for the client", rounds)
+                return Response(upstream.content, upstream.status_code, _headers(upstream, extra))
+            rounds += 1
+            answer = upstream.json()
+            body = follow_up(provider, body, answer, self.run(calls, namespace))
+            try:
+                upstream = await _send(http, url, headers, _dumps(body))
+            except httpx.HTTPError as exc:
+                return _upstream_error(exc, extra)
+
+
+async def _send(
+    http: httpx.AsyncClient, url: str, headers: dict[str, str], content: bytes
+) -> httpx.Response:
+    request = http.build_request("POST", url, headers=headers, content=content)
+    return await http.send(request, stream=True)
+
+
+def _dumps(body: Body) -> bytes:
+    return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+
+
+def _headers(upstream: httpx.Response, extra: dict[str, str]) -> dict[str, str]:
+    kept = {k: v for k, v in upstream.headers.items() if k.lower() not in _HOP}
+    return {**kept, **extra}
+
+
+def _upstream_error(exc: httpx.HTTPError, extra: dict[str, str]) -> Response:
+    status = 504 if isinstance(exc, httpx.TimeoutException) else 502
+    logger.warning("proxy: upstream failed during recall: %s", type(exc).__name__)
+    message = f"upstream failed during recall: {type(exc).__name__}"
+    return JSONResponse(
+        {"error": {"type": "ctxcompact_proxy_error", "message": message}}, status, extra
+    )
+
+
+def _tool_name(tool: object) -> object:
+    if not isinstance(tool, dict):
+        return None
+    function = tool.get("function")
+    return function.get("name") if isinstance(function, dict) else tool.get("name")
+
+
+def _recall_only(provider: str, upstream: httpx.Response) -> list[tuple[str, Any]] | None:
+    """The recall calls of a successful answer that calls the recall tool and nothing else."""
+    if upstream.status_code != 200:
+        return None
+    try:
+        answer = upstream.json()
+    except ValueError:
+        return None
+    return recall_calls(provider, answer)
+
+
+def recall_calls(provider: str, answer: object) -> list[tuple[str, Any]] | None:
+    """``(id, arguments)`` of each call when ``answer`` calls only the recall tool, else None."""
+    if not isinstance(answer, dict):
+        return None
+    calls: list[tuple[object, Any, object]] = []
+    if provider == "openai":
+        choices = answer.get("choices")
+        if not isinstance(choices, list) or len(choices) != 1 or not isinstance(choices[0], dict):
+            return None
+        message = choices[0].get("message")
+        raw = message.get("tool_calls") if isinstance(message, dict) else None
+        for call in raw if isinstance(raw, list) else []:
+            function = call.get("function") if isinstance(call, dict) else None
+            if not isinstance(function, dict):
+                return None
+            calls.append((call.get("id"), function.get("arguments"), function.get("name")))
+    else:
+        blocks = answer.get("content")
+        for block in blocks if isinstance(blocks, list) else []:
+            if isinstance(block, dict) and block.get("type") == "tool_use":
+                calls.append((block.get("id"), block.get("input"), block.get("name")))
+    if not calls or any(name != RECALL_TOOL_NAME or not isinstance(i, str) for i, _, name in calls):
+        return None
+    return [(str(i), args) for i, args, _ in calls]
+
+
+def follow_up(provider: str, body: Body, answer: Body, results: list[tuple[str, str]]) -> Body:
+    """``body`` with the model's recall answer and the recall results appended."""
+    messages = list(body.get("messages") or [])
+    if provider == "openai":
+        message = answer["choices"][0]["message"]
+        assistant = {"role": "assistant", "content": message.get("content")}
+        assistant["tool_calls"] = message["tool_calls"]
+        messages.append(assistant)
+        messages += [{"role": "tool", "tool_call_id": i, "content": text} for i, text in results]
+    else:
+        messages.append({"role": "assistant", "content": answer["content"]})
+        blocks = [{"type": "tool_result", "tool_use_id": i, "content": t} for i, t in results]
+        messages.append({"role": "user", "content": blocks})
+    return {**body, "messages": messages}
+
+
+def _stream_response(
+    recall: Recall,
+    http: httpx.AsyncClient,
+    url: str,
+    headers: dict[str, str],
+    provider: str,
+    body: Body,
+    first: httpx.Response,
+    namespace: str,
+    extra: dict[str, str],
+) -> Response:
+    response_headers = _headers(first, extra)
+
+    async def chunks() -> AsyncIterator[bytes]:
+        nonlocal body
+        upstream = first
+        state = StreamState(provider)
+        rounds = 0
+        while True:
+            try:
+                if upstream.status_code != 200:
+                    async for raw in upstream.aiter_bytes():
+                        yield raw
+                    return
+                async for event in sse_events(upstream.aiter_text()):
+                    for out in state.feed(event):
+                        yield out
+            except httpx.HTTPError as exc:
+                logger.warning("proxy: upstream broke off during recall: %s", type(exc).__name__)
+                return
+            finally:
+                await upstream.aclose()
+            calls = state.recall_calls() if rounds < recall.max_rounds else None
+            if calls is None:
+                for out in state.release():
+                    yield out
+                return
+            rounds += 1
+            logger.info("proxy: answering recall round %d in a stream", rounds)
+            body = follow_up(provider, body, state.answer(), recall.run(calls, namespace))
+            state = state.next_round()
+            try:
+                upstream = await _send(http, url, headers, _dumps(body))
+            except httpx.HTTPError as exc:
+                logger.warning("proxy: upstream failed during recall: %s", type(exc).__name__)
+                yield state.error_event(f"upstream failed during recall: {type(exc).__name__}")
+                return
+            if upstream.status_code != 200:
+                await upstream.aread()
+                await upstream.aclose()
+                yield state.error_event(f"upstream answered {upstream.status_code} during recall")
+                return
+
+    return StreamingResponse(chunks(), status_code=first.status_code, headers=response_headers)
