@@ -318,3 +318,77 @@ async def test_a_conversation_state_can_name_its_own_namespace() -> None:
     await ctl.compact(history(), state=ControllerState(namespace="caller-1"))
     assert store.get("caller-1", "c0") is not None
     assert store.get("shared", "c0") is None
+
+
+# -- found by review: re-used ids and placeholders after a restart -----------------------------
+
+
+def task_turn(i: int, call_id: str, text: str) -> list[Message]:
+    return [
+        user(f"task {i}"),
+        assistant(None, call(call_id, "read")),
+        tool(call_id, text + " " + "y" * 1500),
+        assistant(f"done {i}"),
+    ]
+
+
+async def test_results_sharing_an_id_are_each_recalled_by_their_position() -> None:
+    from ctxcompact.store import execute_recall
+
+    store = MemoryStore()
+    controller = CompactionController(
+        ToolResultHiding(preserve_recent_n=0),
+        max_context_size=1_200,
+        reserved_context_size=200,
+        store=store,
+        recall_placeholder='[hidden: recall_tool_result("{tool_call_id}")]',
+    )
+    history = [
+        *task_turn(0, "call_0", "TURN-0"),
+        *task_turn(1, "call_0", "TURN-1"),  # the same id again, as real traces do
+        *task_turn(2, "call_1", "TURN-2"),
+    ]
+    result = await controller.compact(history)
+    texts = [m.text for m in result.history if m.role == "tool"]
+    assert texts == [
+        '[hidden: recall_tool_result("call_0@2")]',
+        '[hidden: recall_tool_result("call_0@6")]',
+        '[hidden: recall_tool_result("call_1")]',
+    ]
+    assert "TURN-0 " in execute_recall(store, {"tool_call_id": "call_0@2"})
+    assert "TURN-1 " in execute_recall(store, {"tool_call_id": "call_0@6"})
+    assert execute_recall(store, {"tool_call_id": "call_0@3"}).startswith("Error")
+    # The placeholder, hidden again by a later run, is recognised and kept as it is.
+    again = await controller.compact(result.history, force=True)
+    assert [m.text for m in again.history if m.role == "tool"] == texts
+
+
+async def test_a_built_in_placeholder_is_never_stored_over_its_original(tmp_path: Path) -> None:
+    path = tmp_path / "originals.db"
+    history = [*task_turn(0, "c0", "ORIGINAL-0"), *task_turn(1, "c1", "ORIGINAL-1")]
+    with SQLiteStore(path) as store:
+        first = CompactionController(
+            ToolResultHiding(preserve_recent_n=1),
+            max_context_size=1_000,
+            reserved_context_size=100,
+            store=store,
+        )
+        hidden = list((await first.compact(history)).history)
+    assert hidden[2].text == "[old tool result hidden]"
+    # Another process (or a restart) resumes the hidden history and summarises it away.
+    with SQLiteStore(path) as store:
+
+        def summarise(ctx: Any) -> list[Message]:
+            return [user("summary of earlier work"), *ctx.history[4:]]
+
+        second = CompactionController(
+            FunctionStrategy(summarise),
+            max_context_size=1_000,
+            reserved_context_size=100,
+            store=store,
+        )
+        result = await second.compact(hidden, force=True)
+        assert result.changed
+        original = store.get("default", "c0")
+    assert original is not None
+    assert original.message.text.startswith("ORIGINAL-0 ")

@@ -28,10 +28,17 @@ import logging
 import weakref
 from typing import TYPE_CHECKING
 
-from ._store_recall import RECALL_TOOL_NAME, recall_placeholder
+from ._store_recall import DEFAULT_RECALL_TEMPLATE, RECALL_TOOL_NAME, recall_placeholder
 from ._store_records import StoredOriginal
 from ._store_removed import removed_originals
 from .exceptions import ConfigError, CtxCompactError
+from .strategies._shared import (
+    HIDDEN_PLACEHOLDER,
+    KLIP13_PLACEHOLDER,
+    SCHEMA1_PLACEHOLDER,
+    SCHEMA1_SEED_PLACEHOLDER,
+    placeholder_pattern,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -126,20 +133,30 @@ class StoreHook:
             None if recall_template is None else check_recall_template(recall_template)
         )
 
-    def _render(self, removal: Removal) -> str:
+    def _render(self, removal: Removal, *, shared_id: bool = False) -> str:
+        """The recall placeholder; ``shared_id``: the id is re-used in the history, so the
+        placeholder names ``id@position`` (recall finds that exact result)."""
         assert self.recall_template is not None
+        key = f"{removal.tool_call_id}@{removal.position}" if shared_id else removal.tool_call_id
         return self.recall_template.format(
-            tool_call_id=removal.tool_call_id, tool_name=removal.tool_name or "unknown"
+            tool_call_id=key, tool_name=removal.tool_name or "unknown"
         )
 
     def _is_recall_text(self, removal: Removal) -> bool:
-        """Whether the removed message is itself a recall placeholder (a rewrite's output)."""
+        """Whether the removed message is itself a recall placeholder (a rewrite's output),
+        naming its id alone or ``id@position``."""
         message = removal.message
-        return (
-            self.recall_template is not None
-            and message.role == "tool"
-            and message.text == self._render(removal)
+        if self.recall_template is None or message.role != "tool":
+            return False
+        marked = self.recall_template.format(
+            tool_call_id=removal.tool_call_id + "\x00", tool_name=removal.tool_name or "unknown"
         )
+        head, _, tail = marked.partition("\x00")
+        text = message.text
+        if not (text.startswith(head) and text.endswith(tail)):
+            return False
+        middle = text[len(head) : len(text) - len(tail)] if tail else text[len(head) :]
+        return middle == "" or (middle[:1] == "@" and middle[1:].isdigit())
 
     def keep(
         self,
@@ -165,6 +182,10 @@ class StoreHook:
             return after, None
         recall = self.recall_template is not None
         positions = {id(m): j for j, m in enumerate(after)} if recall else {}
+        seen_ids: dict[str, int] = {}
+        for m in before:
+            if m.role == "tool" and m.tool_call_id is not None:
+                seen_ids[m.tool_call_id] = seen_ids.get(m.tool_call_id, 0) + 1
         restored: dict[int, Message] = {}  # index in after -> message put back
         rendered: dict[int, Message] = {}  # index in after -> recall placeholder
         records: list[StoredOriginal] = []
@@ -176,15 +197,18 @@ class StoreHook:
                     restored[j] = removal.message  # a recall placeholder hidden again
                 continue
             if j is not None and self._wants_recall_text(removal):
-                text = self._render(removal)
+                text = self._render(removal, shared_id=seen_ids.get(removal.tool_call_id, 0) > 1)
                 content = removal.message.content
                 if isinstance(content, str) and len(text) >= len(content):
                     restored[j] = removal.message  # would grow: keep it whole, nothing removed
                     continue
                 assert replacement is not None
                 rendered[j] = replacement.replace(content=text)
-            if removal.message in produced:
-                continue  # not an original: its original was kept when it was produced
+            if removal.message in produced or is_builtin_placeholder(removal.message):
+                # Not an original: its original was kept when it was produced (in this
+                # process), or it is a built-in strategy's placeholder (produced by another
+                # process, or before a restart, on a history resumed from storage).
+                continue
             records.append(
                 StoredOriginal.from_message(
                     removal.message,
@@ -269,3 +293,23 @@ def store_cut_results(
         )
         return False
     return True
+
+
+_BUILTIN_PLACEHOLDERS = tuple(
+    placeholder_pattern(t)
+    for t in (
+        HIDDEN_PLACEHOLDER,
+        KLIP13_PLACEHOLDER,
+        SCHEMA1_PLACEHOLDER,
+        SCHEMA1_SEED_PLACEHOLDER,
+        DEFAULT_RECALL_TEMPLATE,
+    )
+)
+
+
+def is_builtin_placeholder(message: Message) -> bool:
+    """Whether a tool result's text is exactly a built-in placeholder (default templates
+    only: a custom placeholder is recognised within the process that produced it)."""
+    if message.role != "tool" or not isinstance(message.content, str):
+        return False
+    return any(p.fullmatch(message.content) for p in _BUILTIN_PLACEHOLDERS)

@@ -219,6 +219,14 @@ def execute_recall(
         return _error(str(exc))
     try:
         record = store.get(namespace, call_id)
+        if record is None:
+            # "id@position": a placeholder names the position when its id is re-used in the
+            # history, so each of the results that share an id can be recalled.
+            base, at, position = call_id.rpartition("@")
+            if at and base and position.isdigit():
+                record = store.get(namespace, base, position=int(position))
+                if record is not None and record.position != int(position):
+                    record = None
     except Exception as exc:  # a store failure is the tool's failure, not the loop's
         return _error(f"the store of removed results failed ({type(exc).__name__})")
     if record is None:
