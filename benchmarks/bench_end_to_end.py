@@ -30,7 +30,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.traces import load_trace, trace_names
+from tests.helpers.traces import load_trace, trace_names
 
 from ctxcompact import from_anthropic, from_openai, to_anthropic, to_openai
 from ctxcompact.strategies import ToolResultHiding

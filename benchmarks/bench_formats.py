@@ -25,7 +25,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.traces import load_trace, trace_paths
+from tests.helpers.traces import load_trace, trace_paths
 
 from ctxcompact import Message, from_anthropic, from_openai, to_anthropic, to_openai
 

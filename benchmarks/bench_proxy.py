@@ -30,8 +30,8 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests.proxy_servers import FakeUpstream, free_port  # noqa: E402
-from tests.traces import load_trace  # noqa: E402
+from tests.helpers.proxy_servers import FakeUpstream, free_port  # noqa: E402
+from tests.helpers.traces import load_trace  # noqa: E402
 
 TRACES = ("claudecode__fa812bfe__precompact", "msa-gemini3pro__django__django-16560")
 

@@ -21,7 +21,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests.traces import load_trace, trace_names  # noqa: E402
+from tests.helpers.traces import load_trace, trace_names  # noqa: E402
 
 from ctxcompact.proxy._json import parse_body  # noqa: E402
 

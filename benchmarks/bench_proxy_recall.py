@@ -24,7 +24,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import openai
-from tests.proxy_servers import FakeUpstream, serve_in_thread
+from tests.helpers.proxy_servers import FakeUpstream, serve_in_thread
 from tests.test_proxy import openai_history, write_config
 
 from ctxcompact import load_config

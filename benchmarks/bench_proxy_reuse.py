@@ -26,7 +26,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.traces import load_trace
+from tests.helpers.traces import load_trace
 
 from ctxcompact import CompactionController, Completion, Message, from_openai, to_openai
 from ctxcompact.proxy._rewrite import Rewriter

@@ -21,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.traces import load_trace, trace_names
+from tests.helpers.traces import load_trace, trace_names
 
 from ctxcompact import CompactionController, HeuristicTokenCounter, Message, Usage, from_openai
 from ctxcompact.testing import FunctionStrategy

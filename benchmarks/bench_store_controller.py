@@ -24,7 +24,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.traces import load_trace
+from tests.helpers.traces import load_trace
 
 from ctxcompact import CompactionController, Message, from_openai
 from ctxcompact.store import DEFAULT_RECALL_TEMPLATE, MemoryStore, SQLiteStore

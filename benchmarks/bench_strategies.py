@@ -33,7 +33,7 @@ from typing import Any, cast
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.traces import load_trace, trace_names
+from tests.helpers.traces import load_trace, trace_names
 
 from ctxcompact import CompactionContext, HeuristicTokenCounter, Message, from_openai
 from ctxcompact.strategies import (

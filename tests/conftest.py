@@ -20,7 +20,7 @@ from hypothesis import settings  # noqa: E402
 settings.register_profile("ctxcompact", deadline=None)
 settings.load_profile("ctxcompact")
 
-from tests.llama_server import llama_server  # noqa: E402, F401
+from tests.helpers.llama_server import llama_server  # noqa: E402, F401
 
 
 @pytest.fixture(autouse=True)

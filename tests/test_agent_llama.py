@@ -16,7 +16,7 @@ from ctxcompact._agent import CONTINUE_PROMPT, CompactionRecord
 from ctxcompact.exceptions import MaxStepsExceeded
 from ctxcompact.llm.openai import OpenAIChatLLM
 from ctxcompact.testing import FunctionStrategy
-from tests.llama_server import LlamaServer
+from tests.helpers.llama_server import LlamaServer
 
 pytestmark = pytest.mark.llama
 

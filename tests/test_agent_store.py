@@ -35,8 +35,8 @@ from ctxcompact.strategies import (
 )
 from ctxcompact.testing import LLMRequest, ScriptedLLM
 
-from .llama_server import LlamaServer
-from .traces import load_trace
+from .helpers.llama_server import LlamaServer
+from .helpers.traces import load_trace
 
 NAMED_ID = re.compile(r'recall_tool_result\("([^"]+)"\)')
 

@@ -24,7 +24,7 @@ from ctxcompact.replay import MemoCounter, MeteredLLM, ReplayStats, replay
 from ctxcompact.strategies import HidingThenSummary, LLMSummary
 from ctxcompact.strategies._summary import ALIGNED_SUMMARY_HEAD, SUMMARIZER_SYSTEM
 from ctxcompact.testing import LLMRequest, ScriptedLLM, assert_strategy_invariants
-from tests.gen import assistant, call, system, tool, user
+from tests.helpers.gen import assistant, call, system, tool, user
 
 SUMMARY = "Task: fix calc.py. Done: read files. Next: run the tests."
 TOOLS = [ToolSpec(name="read", description="read a file")]

@@ -10,9 +10,9 @@ from ctxcompact import Message, check_history, from_openai, load_strategy
 from ctxcompact.exceptions import ConfigError
 from ctxcompact.strategies import Pipeline, Schema1Masking, ToolInputClearing
 from ctxcompact.testing import assert_strategy_invariants
-from tests.gen import assistant, call, tool, user
-from tests.strategy_checks import ctx_for, dump, run
-from tests.traces import load_trace, trace_names
+from tests.helpers.gen import assistant, call, tool, user
+from tests.helpers.strategy_checks import ctx_for, dump, run
+from tests.helpers.traces import load_trace, trace_names
 
 BIG = "x" * 500
 

@@ -13,9 +13,9 @@ from ctxcompact.exceptions import ConfigError
 from ctxcompact.store import SQLiteStore, record_removed, removed_originals
 from ctxcompact.strategies import Schema1Masking, ToolInputClearing, ToolResultHiding
 from ctxcompact.testing import assert_strategy_invariants
-from tests.gen import assistant, call, tool, user
-from tests.strategy_checks import ctx_for, dump
-from tests.traces import load_trace, trace_names
+from tests.helpers.gen import assistant, call, tool, user
+from tests.helpers.strategy_checks import ctx_for, dump
+from tests.helpers.traces import load_trace, trace_names
 
 BIG = "x" * 500
 RESULT = "r" * 800

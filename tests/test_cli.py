@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from ctxcompact import check_history, from_openai
-from tests.traces import TRACES_DIR
+from tests.helpers.traces import TRACES_DIR
 
 SMALL = TRACES_DIR / "taubench-gpt4o-airline__task3_trial0.json"
 MSA = TRACES_DIR / "msa-gemini3pro__astropy__astropy-8872.json"

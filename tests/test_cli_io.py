@@ -16,7 +16,7 @@ from ctxcompact.cli._io import (
     write_conversation,
 )
 from ctxcompact.cli._setup import parse_params
-from tests.traces import load_trace, trace_paths
+from tests.helpers.traces import load_trace, trace_paths
 
 TAU = "taubench-gpt4o-airline__task3_trial0"
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import httpx
 
-from tests.proxy_servers import FakeUpstream, free_port, serve_in_thread
+from tests.helpers.proxy_servers import FakeUpstream, free_port, serve_in_thread
 from tests.test_proxy import openai_history, write_config
 
 

@@ -23,7 +23,7 @@ from ctxcompact import (
 from ctxcompact.replay import CacheMeter, MemoCounter, MeteredLLM, ReplayStats, replay
 from ctxcompact.strategies import LLMSummary, ToolResultHiding
 from ctxcompact.testing import FunctionStrategy, ScriptedLLM
-from tests.traces import load_trace, trace_names
+from tests.helpers.traces import load_trace, trace_names
 
 
 class CharCounter:

@@ -11,7 +11,7 @@ from ctxcompact.cli import main
 from ctxcompact.cli._plot import draw_replays
 from ctxcompact.cli._report import ReplaySettings, advice, is_loss, replay_text
 from ctxcompact.replay import FileReplay, ReplayStats
-from tests.traces import TRACES_DIR
+from tests.helpers.traces import TRACES_DIR
 
 BASE = ReplayStats(
     calls=4, input_tokens=1000, peak_context_tokens=400, cost=200.0, context_tokens=[1, 2, 3, 4]

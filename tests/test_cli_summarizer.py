@@ -18,9 +18,9 @@ from ctxcompact.exceptions import LLMRequiredError
 from ctxcompact.replay import MeteredLLM
 from ctxcompact.strategies import HidingThenSummary, LLMSummary, Pipeline, ToolResultHiding
 from ctxcompact.testing import ScriptedLLM
-from tests.gen import assistant, call, tool, user
-from tests.proxy_servers import FakeUpstream, serve_in_thread
-from tests.traces import TRACES_DIR
+from tests.helpers.gen import assistant, call, tool, user
+from tests.helpers.proxy_servers import FakeUpstream, serve_in_thread
+from tests.helpers.traces import TRACES_DIR
 
 NEVER_TRIGGERS = TRACES_DIR / "taubench-gpt4o-airline__task3_trial0.json"
 LONG = TRACES_DIR / "msa-gemini3pro__astropy__astropy-8872.json"

@@ -12,7 +12,7 @@ from ctxcompact.exceptions import ConfigError
 from ctxcompact.replay import replay
 from ctxcompact.strategies import ToolResultHiding
 from ctxcompact.testing import FunctionStrategy
-from tests.gen import assistant, call, tool, user
+from tests.helpers.gen import assistant, call, tool, user
 
 
 class FakeClock:

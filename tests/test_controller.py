@@ -22,8 +22,8 @@ from ctxcompact import (
 from ctxcompact._config import Config, load_config
 from ctxcompact.exceptions import CompactionError, ConfigError, StrategyLoadError
 from ctxcompact.testing import FunctionStrategy, ScriptedLLM
-from tests.gen import assistant, call, system, tool, user, valid_histories
-from tests.traces import load_trace
+from tests.helpers.gen import assistant, call, system, tool, user, valid_histories
+from tests.helpers.traces import load_trace
 
 
 class Fixed:

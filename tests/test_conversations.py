@@ -16,7 +16,7 @@ from ctxcompact import Message, RawPart, check_history, from_openai, read_conver
 from ctxcompact._conversations import load_conversation, parse_conversation
 from ctxcompact.cli import main
 from ctxcompact.exceptions import ConversationFileError
-from tests.traces import TRACES_DIR, load_trace
+from tests.helpers.traces import TRACES_DIR, load_trace
 
 DATA = Path(__file__).resolve().parent / "data" / "claude_code"
 MAIN_LOG = DATA / "tool_heavy.jsonl"

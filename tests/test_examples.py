@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.llama_server import LlamaServer
+from tests.helpers.llama_server import LlamaServer
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
@@ -174,7 +174,7 @@ def test_quickstart_offline_compacts_and_fits_the_window() -> None:
 
 
 def test_quickstart_online_talks_to_an_openai_compatible_server() -> None:
-    from tests.proxy_servers import FakeUpstream, serve_in_thread
+    from tests.helpers.proxy_servers import FakeUpstream, serve_in_thread
 
     fake = FakeUpstream()
     with serve_in_thread(fake.app()) as url:

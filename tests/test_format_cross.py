@@ -17,8 +17,8 @@ from hypothesis import given, settings
 from ctxcompact import from_anthropic, from_openai, to_anthropic, to_openai
 from ctxcompact._messages import Message
 from ctxcompact.exceptions import FormatError
-from tests.gen import valid_histories
-from tests.traces import load_trace, trace_names
+from tests.helpers.gen import valid_histories
+from tests.helpers.traces import load_trace, trace_names
 
 Summary = tuple[list[str], list[tuple[str, str, str | None, list[tuple[str, str, Any]]]]]
 

@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 from ctxcompact import from_anthropic, from_openai, to_openai
 from ctxcompact._messages import ImagePart, Message, RawPart, TextPart, ToolCall
 from ctxcompact.exceptions import FormatError
-from tests.gen import valid_histories
-from tests.traces import load_trace, trace_names
+from tests.helpers.gen import valid_histories
+from tests.helpers.traces import load_trace, trace_names
 
 TRACES = trace_names()
 

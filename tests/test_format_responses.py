@@ -38,10 +38,10 @@ from ctxcompact.strategies import (
     ToolResultTruncation,
 )
 from ctxcompact.testing import ScriptedLLM
-from tests.gen import invalid_histories, valid_histories
-from tests.responses_items import ROLLOUTS, chat_to_items, item_problems, load_rollout
-from tests.strategy_checks import assert_safe, dump, run
-from tests.traces import load_trace, trace_names
+from tests.helpers.gen import invalid_histories, valid_histories
+from tests.helpers.responses_items import ROLLOUTS, chat_to_items, item_problems, load_rollout
+from tests.helpers.strategy_checks import assert_safe, dump, run
+from tests.helpers.traces import load_trace, trace_names
 
 REASONING = {
     "type": "reasoning",

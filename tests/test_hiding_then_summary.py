@@ -16,7 +16,7 @@ from ctxcompact.strategies import HidingThenSummary, ToolResultHiding
 from ctxcompact.strategies._shared import HIDDEN_PLACEHOLDER
 from ctxcompact.strategies._summary import SUMMARY_PREFIX
 from ctxcompact.testing import ScriptedLLM
-from tests.gen import assistant, call, system, tool, user
+from tests.helpers.gen import assistant, call, system, tool, user
 
 COUNTER = HeuristicTokenCounter()
 RESERVED = 1_000

@@ -31,8 +31,8 @@ from ctxcompact.kit import (
     with_content,
 )
 from ctxcompact.testing import assert_strategy_invariants
-from tests.gen import assistant, call, tool, user, valid_histories
-from tests.traces import load_trace, trace_names
+from tests.helpers.gen import assistant, call, tool, user, valid_histories
+from tests.helpers.traces import load_trace, trace_names
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -25,7 +25,7 @@ from ctxcompact.exceptions import (
 )
 from ctxcompact.llm import RetryEvent
 from ctxcompact.llm.anthropic import DEFAULT_MAX_TOKENS, AnthropicLLM, merge_system
-from tests.llm_wire import FAKE_KEY, Wire, anthropic_reply, error_body
+from tests.helpers.llm_wire import FAKE_KEY, Wire, anthropic_reply, error_body
 
 LS_SPEC = ToolSpec(
     "ls", "List files", {"type": "object", "properties": {"dir": {"type": "string"}}}

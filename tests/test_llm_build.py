@@ -15,7 +15,7 @@ from ctxcompact.llm import LOCAL_PLACEHOLDER_KEY, RetryEvent, build_llm
 from ctxcompact.llm.anthropic import AnthropicLLM
 from ctxcompact.llm.openai import OpenAIChatLLM
 from tests.conftest import ROOT
-from tests.llm_wire import FAKE_KEY, Wire, anthropic_reply, error_body, openai_reply
+from tests.helpers.llm_wire import FAKE_KEY, Wire, anthropic_reply, error_body, openai_reply
 
 
 def run_python(code: str) -> subprocess.CompletedProcess[str]:

@@ -7,7 +7,7 @@ from ctxcompact.llm.anthropic import AnthropicLLM
 from ctxcompact.llm.openai import OpenAIChatLLM
 from ctxcompact.strategies import LLMSummary
 from ctxcompact.strategies._summary import SUMMARY_PREFIX
-from tests.llm_wire import FAKE_KEY, Wire, anthropic_reply, error_body, openai_reply
+from tests.helpers.llm_wire import FAKE_KEY, Wire, anthropic_reply, error_body, openai_reply
 
 
 def history() -> list[Message]:

@@ -21,7 +21,7 @@ from ctxcompact.exceptions import ContextTooLongError
 from ctxcompact.llm.openai import OpenAIChatLLM
 from ctxcompact.strategies import LLMSummary
 from ctxcompact.strategies._summary import SUMMARY_PREFIX
-from tests.llama_server import LlamaServer
+from tests.helpers.llama_server import LlamaServer
 
 pytestmark = pytest.mark.llama
 

@@ -25,7 +25,7 @@ from ctxcompact.exceptions import (
 )
 from ctxcompact.llm import RetryEvent
 from ctxcompact.llm.openai import OpenAIChatLLM
-from tests.llm_wire import FAKE_KEY, Wire, error_body, openai_reply
+from tests.helpers.llm_wire import FAKE_KEY, Wire, error_body, openai_reply
 
 READ_SPEC = ToolSpec(
     "read_file",

@@ -13,7 +13,7 @@ from ctxcompact import Message, from_anthropic, from_openai
 from ctxcompact._pricing import PRICING, Pricing, message_time, provider
 from ctxcompact.cli import main
 from ctxcompact.replay import CacheMeter, replay
-from tests.traces import TRACES_DIR
+from tests.helpers.traces import TRACES_DIR
 
 SMALL = TRACES_DIR / "taubench-gpt4o-airline__task3_trial0.json"
 

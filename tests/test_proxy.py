@@ -17,7 +17,7 @@ import pytest
 from ctxcompact import Message, check_history, from_anthropic, from_openai, load_config
 from ctxcompact.proxy import create_app
 from ctxcompact.testing import FunctionStrategy
-from tests.proxy_servers import FakeUpstream, free_port, serve_in_thread
+from tests.helpers.proxy_servers import FakeUpstream, free_port, serve_in_thread
 
 SECRET = "sk-test-DO-NOT-LOG-4242"
 HIDDEN = "[old tool result hidden]"

@@ -25,7 +25,12 @@ from ctxcompact.proxy._app import BodyRewriter, ProxySettings, build_app
 from ctxcompact.proxy._rewrite import Body, RewriteReport
 from ctxcompact.strategies import ToolResultHiding
 from ctxcompact.testing import FunctionStrategy
-from tests.proxy_servers import FakeUpstream, free_port, serve_broken_stream, serve_in_thread
+from tests.helpers.proxy_servers import (
+    FakeUpstream,
+    free_port,
+    serve_broken_stream,
+    serve_in_thread,
+)
 from tests.test_proxy import HIDDEN, openai_history, start_proxy, write_config
 
 SCHEMA1 = "[observation_masking.schema1]\nenabled = true\nwindow_turns = 1\n"

@@ -21,7 +21,7 @@ from ctxcompact.cli import build_parser
 from ctxcompact.exceptions import ConfigError
 from ctxcompact.proxy import create_app
 from ctxcompact.proxy._windows import UNKNOWN_MODEL
-from tests.proxy_servers import FakeUpstream, free_port, serve_in_thread
+from tests.helpers.proxy_servers import FakeUpstream, free_port, serve_in_thread
 from tests.test_proxy import HIDDEN, SECRET, openai_history
 
 

@@ -20,7 +20,7 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from tests.proxy_servers import FakeUpstream, serve_in_thread
+from tests.helpers.proxy_servers import FakeUpstream, serve_in_thread
 from tests.test_proxy import start_proxy, write_config
 
 # Schema 1 rewrites every request with more than one tool turn; a small window makes the

@@ -19,7 +19,7 @@ import pytest
 from ctxcompact import check_history, from_anthropic, from_openai
 from ctxcompact.proxy._recall import ANONYMOUS_NAMESPACE, MAX_RECALL_ROUNDS, caller_namespace
 from ctxcompact.store import credential_namespace
-from tests.proxy_servers import FakeUpstream, serve_in_thread
+from tests.helpers.proxy_servers import FakeUpstream, serve_in_thread
 from tests.test_proxy import (
     SECRET,
     anthropic_history,

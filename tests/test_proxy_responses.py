@@ -14,7 +14,7 @@ import pytest
 
 from ctxcompact import CompactionContext, Message, check_history, from_responses
 from ctxcompact.testing import FunctionStrategy
-from tests.proxy_servers import FakeUpstream, serve_in_thread
+from tests.helpers.proxy_servers import FakeUpstream, serve_in_thread
 from tests.test_proxy import HIDDEN, SECRET, start_proxy, write_config
 
 INSTRUCTIONS = "You are a coding agent."

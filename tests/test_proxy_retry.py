@@ -22,7 +22,7 @@ from starlette.routing import Route
 from ctxcompact import check_history, from_anthropic, from_openai
 from ctxcompact.proxy._retry import ERROR_BODY_LIMIT, is_context_error
 from ctxcompact.testing import FunctionStrategy
-from tests.proxy_servers import FakeUpstream, serve_in_thread
+from tests.helpers.proxy_servers import FakeUpstream, serve_in_thread
 from tests.test_proxy import (
     SECRET,
     anthropic_history,

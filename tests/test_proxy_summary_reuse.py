@@ -20,7 +20,7 @@ from ctxcompact.proxy._reuse import prefix_keys, remember_rewrite, reuse_rewrite
 from ctxcompact.store import MemoryStore, StoreError, summary_key
 from ctxcompact.strategies._summary import SUMMARY_PREFIX
 from ctxcompact.testing import ScriptedLLM
-from tests.proxy_servers import FakeUpstream, serve_in_thread
+from tests.helpers.proxy_servers import FakeUpstream, serve_in_thread
 from tests.test_proxy import SECRET, openai_history
 
 SUMMARY = "The user asked to fix the failing test; files f0-f3 were read."

@@ -20,7 +20,7 @@ from ctxcompact import (
 from ctxcompact.kit import is_error_result
 from ctxcompact.replay import MemoCounter, ReplayStats, replay
 from ctxcompact.strategies import Pipeline, Schema1Masking, ToolInputClearing
-from tests.traces import load_trace, trace_names
+from tests.helpers.traces import load_trace, trace_names
 
 RECOMMENDED = Path(__file__).resolve().parents[1] / "examples" / "recommended.toml"
 

@@ -15,8 +15,8 @@ from ctxcompact._referenced import (
 from ctxcompact.replay import replay
 from ctxcompact.strategies import ToolResultHiding, ToolResultTruncation
 
-from .gen import assistant, call, tool, user
-from .traces import load_trace
+from .helpers.gen import assistant, call, tool, user
+from .helpers.traces import load_trace
 
 Rewrite = Callable[[Sequence[Message]], "list[Message] | None"]
 

@@ -15,8 +15,8 @@ import pytest
 
 from ctxcompact import check_history, from_responses, to_openai
 from ctxcompact.cli import main
-from tests.gen import assistant, call, tool, user
-from tests.responses_items import DATA_DIR, load_rollout
+from tests.helpers.gen import assistant, call, tool, user
+from tests.helpers.responses_items import DATA_DIR, load_rollout
 
 ROLLOUT = DATA_DIR / "codex_golden.jsonl"
 FILLER = "lorem ipsum dolor sit amet " * 40  # ~1,000 characters, no distinctive tokens

@@ -18,8 +18,8 @@ from ctxcompact.store import (
     summary_key,
 )
 
-from .gen import assistant, call, tool, user
-from .traces import load_trace, trace_names
+from .helpers.gen import assistant, call, tool, user
+from .helpers.traces import load_trace, trace_names
 
 Build = Callable[..., "MemoryStore | SQLiteStore"]
 

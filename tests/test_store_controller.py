@@ -29,7 +29,7 @@ from ctxcompact.store import (
 from ctxcompact.strategies import ContextGuard, Schema1Masking, ToolResultHiding
 from ctxcompact.testing import FunctionStrategy
 
-from .gen import assistant, call, system, tool, user
+from .helpers.gen import assistant, call, system, tool, user
 
 SECRET = "SECRET-CONTENT-7f3a"
 

@@ -26,8 +26,8 @@ from ctxcompact.strategies import (
 )
 from ctxcompact.testing import ScriptedLLM
 
-from .gen import assistant, call, system, tool, user
-from .traces import load_trace
+from .helpers.gen import assistant, call, system, tool, user
+from .helpers.traces import load_trace
 
 BIG = "\n".join(f"line {i}: some output of the command" for i in range(60))
 

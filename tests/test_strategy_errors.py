@@ -18,8 +18,8 @@ from ctxcompact.strategies._errors import (
     is_error_result,
     looks_like_error,
 )
-from tests.gen import tool
-from tests.traces import load_meta, load_trace, trace_names
+from tests.helpers.gen import tool
+from tests.helpers.traces import load_meta, load_trace, trace_names
 
 PYTEST_FAILED = """\
 ============================= test session starts ==============================

@@ -24,7 +24,7 @@ from ctxcompact import (
 from ctxcompact.exceptions import CompactionError, ConfigError, ContextBudgetError
 from ctxcompact.strategies import ContextGuard
 from ctxcompact.strategies._guard import DROP_MARKER
-from tests.gen import (
+from tests.helpers.gen import (
     assistant,
     call,
     invalid_histories,
@@ -33,8 +33,8 @@ from tests.gen import (
     user,
     valid_histories,
 )
-from tests.strategy_checks import assert_safe, dump, run
-from tests.traces import load_trace, trace_names
+from tests.helpers.strategy_checks import assert_safe, dump, run
+from tests.helpers.traces import load_trace, trace_names
 
 COUNT = HeuristicTokenCounter()
 

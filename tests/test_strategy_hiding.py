@@ -19,9 +19,9 @@ from ctxcompact import (
 )
 from ctxcompact.exceptions import ConfigError
 from ctxcompact.strategies import HIDDEN_PLACEHOLDER, KLIP13_PLACEHOLDER, ToolResultHiding
-from tests.gen import assistant, call, system, tool, user
-from tests.strategy_checks import assert_content_only, assert_safe, ctx_for, dump
-from tests.traces import load_trace, trace_names
+from tests.helpers.gen import assistant, call, system, tool, user
+from tests.helpers.strategy_checks import assert_content_only, assert_safe, ctx_for, dump
+from tests.helpers.traces import load_trace, trace_names
 
 PLACEHOLDER = "[old tool result hidden]"
 

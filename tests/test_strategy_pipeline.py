@@ -9,8 +9,8 @@ import pytest
 from ctxcompact import CompactionContext, Message, load_strategy
 from ctxcompact.exceptions import ConfigError, StrategyLoadError
 from ctxcompact.strategies import Pipeline, ToolResultHiding, ToolResultTruncation
-from tests.gen import assistant, call, tool, user
-from tests.strategy_checks import assert_safe, dump, run
+from tests.helpers.gen import assistant, call, tool, user
+from tests.helpers.strategy_checks import assert_safe, dump, run
 
 
 class Recorder:

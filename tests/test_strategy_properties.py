@@ -19,8 +19,8 @@ from ctxcompact.strategies import (
     ToolResultHiding,
     ToolResultTruncation,
 )
-from tests.gen import invalid_histories, valid_histories
-from tests.strategy_checks import assert_content_only, assert_safe, dump, run
+from tests.helpers.gen import invalid_histories, valid_histories
+from tests.helpers.strategy_checks import assert_content_only, assert_safe, dump, run
 
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

@@ -24,9 +24,9 @@ from ctxcompact.strategies import (
     Schema1Masking,
     mask_old_tool_results,
 )
-from tests.gen import assistant, call, system, tool, user
-from tests.strategy_checks import assert_content_only, assert_safe, dump, run
-from tests.traces import load_trace, trace_names
+from tests.helpers.gen import assistant, call, system, tool, user
+from tests.helpers.strategy_checks import assert_content_only, assert_safe, dump, run
+from tests.helpers.traces import load_trace, trace_names
 
 LONG = "x" * 200
 """Padding that makes a result longer than its rendered placeholder (about 90 characters)."""

@@ -28,7 +28,7 @@ from ctxcompact.strategies._shared import (
     validate_template,
     with_content,
 )
-from tests.gen import invalid_histories, tool, valid_histories
+from tests.helpers.gen import invalid_histories, tool, valid_histories
 
 
 def test_templates() -> None:

@@ -19,8 +19,8 @@ from ctxcompact.strategies import (
     ToolResultHiding,
     ToolResultTruncation,
 )
-from tests.strategy_checks import assert_safe, dump, run
-from tests.traces import load_trace, trace_names
+from tests.helpers.strategy_checks import assert_safe, dump, run
+from tests.helpers.traces import load_trace, trace_names
 
 STRATEGIES: dict[str, Callable[[], CompactionStrategy]] = {
     "hiding": ToolResultHiding,

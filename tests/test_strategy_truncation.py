@@ -10,8 +10,8 @@ import pytest
 from ctxcompact import ImagePart, Message, TextPart
 from ctxcompact.exceptions import ConfigError, UserError
 from ctxcompact.strategies import ToolResultTruncation
-from tests.gen import assistant, call, tool, user
-from tests.strategy_checks import assert_content_only, assert_safe, dump, run
+from tests.helpers.gen import assistant, call, tool, user
+from tests.helpers.strategy_checks import assert_content_only, assert_safe, dump, run
 
 MARKER = re.compile(r"\n\n\.\.\. \[(\d+) characters truncated\] \.\.\.\n\n")
 

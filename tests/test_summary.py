@@ -22,7 +22,7 @@ from ctxcompact.exceptions import (
 from ctxcompact.strategies import LLMSummary
 from ctxcompact.strategies._summary import SUMMARIZER_SYSTEM, SUMMARY_PREFIX
 from ctxcompact.testing import ScriptedLLM
-from tests.gen import assistant, call, system, tool, user
+from tests.helpers.gen import assistant, call, system, tool, user
 
 COUNTER = HeuristicTokenCounter()
 

@@ -18,8 +18,8 @@ from ctxcompact.exceptions import SummaryRejectedError
 from ctxcompact.strategies import HidingThenSummary, LLMSummary
 from ctxcompact.strategies._summary import SUMMARY_PREFIX
 from ctxcompact.testing import LLMRequest, ScriptedLLM
-from tests.gen import invalid_histories, valid_histories
-from tests.traces import load_meta, load_trace, trace_names
+from tests.helpers.gen import invalid_histories, valid_histories
+from tests.helpers.traces import load_meta, load_trace, trace_names
 
 COUNTER = HeuristicTokenCounter()
 

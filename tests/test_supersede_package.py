@@ -23,8 +23,8 @@ from hypothesis import strategies as st
 from ctxcompact import HeuristicTokenCounter, Message, check_history, from_openai
 from ctxcompact.kit import is_error_result
 from ctxcompact.testing import check_strategy_invariants
-from tests.gen import assistant, call, tool, user, valid_histories
-from tests.traces import TRACES_DIR, load_trace, trace_names
+from tests.helpers.gen import assistant, call, tool, user, valid_histories
+from tests.helpers.traces import TRACES_DIR, load_trace, trace_names
 
 ROOT = Path(__file__).resolve().parents[1]
 PLUGIN = ROOT / "strategies" / "supersede"

@@ -36,8 +36,8 @@ from ctxcompact.testing import (
     assert_strategy_invariants,
     check_strategy_invariants,
 )
-from tests.gen import assistant, call, system, tool, user
-from tests.traces import load_trace, trace_names
+from tests.helpers.gen import assistant, call, system, tool, user
+from tests.helpers.traces import load_trace, trace_names
 
 
 def test_scripted_llm_satisfies_the_llm_protocol() -> None:

@@ -24,8 +24,8 @@ from ctxcompact._tokens import (
     counter_from_config,
 )
 from ctxcompact.exceptions import ConfigError, MissingDependencyError
-from tests.gen import assistant, call, tool, user
-from tests.traces import load_trace, trace_names
+from tests.helpers.gen import assistant, call, tool, user
+from tests.helpers.traces import load_trace, trace_names
 
 IMAGE = {"type": "image_url", "image_url": {"url": "data:image/png;base64," + "A" * 40_000}}
 SAMPLES = {

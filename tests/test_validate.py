@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 
 from ctxcompact import HistoryProblem, Message, check_history, from_openai
-from tests.gen import (
+from tests.helpers.gen import (
     PROBLEM_KINDS,
     assistant,
     call,
@@ -16,7 +16,7 @@ from tests.gen import (
     user,
     valid_histories,
 )
-from tests.traces import load_trace, trace_names
+from tests.helpers.traces import load_trace, trace_names
 
 
 def kinds(history: list[Message]) -> list[tuple[int, str]]:

@@ -36,9 +36,9 @@ from ctxcompact.replay import replay
 from ctxcompact.strategies import LLMSummary, Pipeline, ToolResultHiding
 from ctxcompact.testing import FunctionStrategy, ScriptedLLM
 
-from .gen import assistant, call, system, tool, user
-from .proxy_servers import FakeUpstream, serve_in_thread
-from .traces import load_trace
+from .helpers.gen import assistant, call, system, tool, user
+from .helpers.proxy_servers import FakeUpstream, serve_in_thread
+from .helpers.traces import load_trace
 
 # -- wiring -----------------------------------------------------------------------------------
 

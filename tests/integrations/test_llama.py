@@ -33,8 +33,8 @@ from ctxcompact.integrations.openai_agents import CompactionFilter
 from ctxcompact.integrations.pydantic_ai import history_processor
 from ctxcompact.strategies import ToolResultHiding
 from ctxcompact.strategies._shared import HIDDEN_PLACEHOLDER
-from tests.llama_server import LlamaServer
-from tests.responses_items import item_problems
+from tests.helpers.llama_server import LlamaServer
+from tests.helpers.responses_items import item_problems
 
 pytestmark = pytest.mark.llama
 

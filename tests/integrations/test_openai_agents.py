@@ -19,7 +19,7 @@ from ctxcompact import CompactionEvent
 from ctxcompact.integrations.openai_agents import CompactingSession, CompactionFilter
 from ctxcompact.strategies import ToolResultHiding
 from ctxcompact.strategies._shared import HIDDEN_PLACEHOLDER
-from tests.responses_items import item_problems
+from tests.helpers.responses_items import item_problems
 
 BIG = 1_000
 

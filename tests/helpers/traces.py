@@ -12,7 +12,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-TRACES_DIR = Path(__file__).resolve().parent / "data" / "traces"
+TRACES_DIR = Path(__file__).resolve().parents[1] / "data" / "traces"
 
 
 def trace_paths() -> list[Path]:

@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-DATA_DIR = Path(__file__).resolve().parent / "data" / "responses"
+DATA_DIR = Path(__file__).resolve().parents[1] / "data" / "responses"
 ROLLOUTS = sorted(p.stem for p in DATA_DIR.glob("*.jsonl"))
 
 

@@ -1,0 +1,1 @@
+"""Builders, servers and data loaders the tests share (not tests themselves)."""
