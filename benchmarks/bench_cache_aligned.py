@@ -23,8 +23,13 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from ctxcompact import CompactionController, Completion, HeuristicTokenCounter, Message
-from ctxcompact.cli._io import read_conversation
-from ctxcompact.replay import MemoCounter, MeteredLLM, ReplayStats, replay
+from ctxcompact.replay import (
+    MemoCounter,
+    MeteredLLM,
+    ReplayStats,
+    read_conversation,
+    replay,
+)
 from ctxcompact.strategies import HidingThenSummary, LLMSummary
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -98,7 +103,7 @@ async def run(
 async def main() -> None:
     logging.getLogger("ctxcompact").setLevel(logging.ERROR)  # one warning per fallback
     paths = sorted(p for p in TRACES.glob("*.json") if not p.name.endswith(".meta.json"))
-    traces = [read_conversation(p).messages for p in paths]
+    traces = [read_conversation(p) for p in paths]
     start = time.perf_counter()
     base = ReplayStats()
     for conversation in traces:

@@ -23,7 +23,7 @@ sys.path.insert(0, str(ROOT))
 
 from tests.helpers.traces import load_trace, trace_names  # noqa: E402
 
-from ctxcompact.proxy._json import parse_body  # noqa: E402
+from ctxcompact.proxy import parse_body  # noqa: E402
 
 
 def main() -> None:

@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tests.helpers.traces import load_trace
 
 from ctxcompact import CompactionController, Completion, Message, from_openai, to_openai
-from ctxcompact.proxy._rewrite import Rewriter
+from ctxcompact.proxy import Rewriter
 from ctxcompact.store import SQLiteStore
 from ctxcompact.strategies import LLMSummary
 

@@ -31,9 +31,8 @@ from ctxcompact import (
     load_config,
     tool_groups,
 )
-from ctxcompact.cli._io import read_conversation
 from ctxcompact.kit import is_error_result
-from ctxcompact.replay import MemoCounter, ReplayStats, replay
+from ctxcompact.replay import MemoCounter, ReplayStats, provider, read_conversation, replay
 from ctxcompact.strategies import Pipeline, Schema1Masking, ToolInputClearing, ToolResultHiding
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -174,7 +173,6 @@ class Checker:
 
 
 async def run(name: str, build: Build, traces: Sequence[tuple[str, list[Message]]]) -> Row:
-    from ctxcompact._pricing import provider
 
     counter = MemoCounter(HeuristicTokenCounter())
     row = Row(name, ReplayStats(), ReplayStats(), ReplayStats(), ReplayStats(), True, True, True)
@@ -233,7 +231,7 @@ async def fresh_cost(traces: Sequence[tuple[str, list[Message]]]) -> float:
 async def main() -> None:
     logging.getLogger("ctxcompact").setLevel(logging.ERROR)  # one line per compaction
     paths = sorted(p for p in TRACES.glob("*.json") if not p.name.endswith(".meta.json"))
-    traces = [(p.stem, read_conversation(p).messages) for p in paths]
+    traces = [(p.stem, read_conversation(p)) for p in paths]
     start = time.perf_counter()
     rows = [await run(name, build, traces) for name, build in CANDIDATES]
     base = rows[0].base_flat

@@ -33,10 +33,8 @@ from ctxcompact import (
     load_config,
     tool_groups,
 )
-from ctxcompact._pricing import PRICING
-from ctxcompact.cli._io import read_conversation
 from ctxcompact.kit import is_error_result
-from ctxcompact.replay import MemoCounter, ReplayStats, replay
+from ctxcompact.replay import PRICING, MemoCounter, ReplayStats, read_conversation, replay
 from ctxcompact.strategies import (
     ContextGuard,
     Schema1Masking,
@@ -240,7 +238,7 @@ async def main() -> None:
     paths = sorted(p for p in args.traces.glob("*.json") if not p.name.endswith(".meta.json"))
     if args.quick:
         paths = [p for p in paths if p.stem in QUICK]
-    traces = [(p.stem, read_conversation(p).messages) for p in paths]
+    traces = [(p.stem, read_conversation(p)) for p in paths]
     configs = [c for c in CONFIGS if c.quick or not args.quick]
     configs += [PREVIOUS, RECOMMENDED]
     rows = [await run_config(c, traces) for c in configs]

@@ -14,7 +14,7 @@ agent and the proxy use. Two modes say what "the history before it" is:
 The engine measures each input with a token counter and bills it the way prompt caching
 does: the part shared with the previous call's input, counted in whole messages from the
 start, costs ``cached_price``; the rest costs 1 per token (the ``flat`` model). A provider's
-:class:`~ctxcompact._pricing.Pricing` (``pricing=``) bills instead the way that provider
+:class:`Pricing` (``pricing=``) bills instead the way that provider
 does: a write premium on the uncached part, its read price, no cache below its minimum
 prefix, and no cache at all for a call further than its time-to-live from the previous one
 when the recording carries timestamps (a ``timestamp`` on the assistant messages). The same
@@ -41,16 +41,19 @@ from ._contract import has_context_window
 from ._controller import ControllerState
 from ._conversations import read_conversation
 from ._messages import Message
-from ._pricing import CacheMeter, CallCost, Pricing, message_time
+from ._pricing import PRICING, CacheMeter, CallCost, Pricing, message_time, provider
 
 __all__ = [
+    "PRICING",
     "CacheMeter",
     "CallCost",
     "FileReplay",
     "MemoCounter",
     "MeteredLLM",
+    "Pricing",
     "ReplayMode",
     "ReplayStats",
+    "provider",
     "read_conversation",
     "replay",
 ]

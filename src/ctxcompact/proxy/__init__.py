@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from .._contract import LLM, CompactionStrategy
     from .._tokens import TokenCounter
 
-__all__ = ["create_app", "serve"]
+__all__ = ["Rewriter", "create_app", "parse_body", "serve"]
 
 _UNUSED_WINDOW = 100_000_000  # a placeholder above any reserve; per-model requests never see it
 
@@ -116,3 +116,16 @@ def serve(config: Config, *, host: str | None = None, port: int | None = None) -
         port=port if port is not None else config.proxy.port,
         log_level="info",
     )
+
+
+def __getattr__(name: str) -> object:
+    """``Rewriter`` (the per-request decision) and ``parse_body`` (the strict JSON parser),
+    for benchmarks and embedding; loaded on use, since they need the 'proxy' extra."""
+    if name not in ("Rewriter", "parse_body"):
+        raise AttributeError(f"module 'ctxcompact.proxy' has no attribute {name!r}")
+    try:  # deferred: the optional 'proxy' extra (httpx)
+        from ._json import parse_body
+        from ._rewrite import Rewriter
+    except ImportError as exc:
+        raise MissingDependencyError("the ctxcompact proxy", "proxy") from exc
+    return Rewriter if name == "Rewriter" else parse_body
