@@ -6,7 +6,9 @@ every expected number below is derived by hand in the comments.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
+from pathlib import Path
 
 import pytest
 
@@ -272,3 +274,23 @@ async def test_every_trace_replays_with_the_cli_defaults(name: str) -> None:
     assert compacted.cache_breaks <= compacted.compactions
     if baseline.peak_context_tokens < 12_000:
         assert compacted.compactions == 0
+
+
+@pytest.mark.parametrize(
+    ("table", "window", "reserved"),
+    [
+        ('model = "gpt-4"\nreserved_context_size = 1000\n', 8_192, 1_000),  # the model's window
+        ("reserved_context_size = 6000\n", 16_000, 6_000),  # a written reserve is kept
+        ("", 16_000, 4_000),  # neither: the replay defaults
+    ],
+)
+def test_replay_limits_follow_the_config_model_and_reserve(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], table: str, window: int, reserved: int
+) -> None:
+    from ctxcompact.cli import main
+
+    path = tmp_path / "c.toml"
+    path.write_text(f'[compaction]\nstrategy = "tool-result-hiding"\n{table}', encoding="utf-8")
+    assert main(["replay", "--config", str(path), "--json"]) == 0
+    settings = json.loads(capsys.readouterr().out)["settings"]
+    assert (settings["max_context_size"], settings["reserved_context_size"]) == (window, reserved)

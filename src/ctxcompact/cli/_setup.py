@@ -183,14 +183,21 @@ def _with_llm_flags(args: argparse.Namespace, config: Config) -> Config:
 
 
 def _limits(args: argparse.Namespace, config: Config | None) -> tuple[int, int]:
-    configured_max = config.compaction.max_context_size if config is not None else None
+    configured_max = None
+    if config is not None:
+        # The window written, else the named model's ([compaction] model), as wire() does.
+        configured_max = config.compaction.max_context_size or config.model_window(
+            config.compaction.model
+        )
     if args.max_context_size is not None:
         max_size: int = args.max_context_size
     else:
         max_size = configured_max if configured_max is not None else REPLAY_MAX_CONTEXT_SIZE
     if args.reserved is not None:
         reserved: int = args.reserved
-    elif config is not None and configured_max is not None:
+    elif config is not None and (
+        configured_max is not None or "reserved_context_size" in config.compaction.model_fields_set
+    ):
         reserved = config.compaction.reserved_context_size
     else:
         # Without a configured window, the config's reserve (50,000 by default) is meant for
