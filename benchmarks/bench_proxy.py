@@ -121,13 +121,14 @@ async def throughput(url: str, body: bytes, total: int, concurrency: int = 16) -
 
 
 def _write_config(path: Path, upstream: str, *, window: int) -> None:
+    rewrite = window < 10_000_000  # the small window: masking on, and the trigger fires
     path.write_text(
         "[compaction]\n"
         'strategy = "tool-result-hiding"\n'
         f"max_context_size = {window}\n"
         "reserved_context_size = 4000\n"
         "[observation_masking.schema1]\n"
-        "enabled = true\n"
+        f"enabled = {'true' if rewrite else 'false'}\n"
         "[proxy]\n"
         f'openai_base_url = "{upstream}/v1"\n'
         f'anthropic_base_url = "{upstream}"\n',
