@@ -25,6 +25,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from ._anthropic_format import from_anthropic
+from ._conversations_responses import from_codex_lines, is_codex_lines
+from ._openai_format import from_openai
+from ._responses_format import from_responses
+from ._responses_items import looks_like_responses
 from .exceptions import ConversationFileError, FormatError
 
 if TYPE_CHECKING:
@@ -181,13 +186,11 @@ def _first_line(text: str) -> int:
 
 
 def _list_format(items: list[Any]) -> Format:
-    from ._responses_items import looks_like_responses
 
     return "responses" if looks_like_responses(items) else "openai"
 
 
 def _responses_body(data: dict[str, Any]) -> bool:
-    from ._responses_items import looks_like_responses
 
     return "messages" not in data and looks_like_responses(data)
 
@@ -197,7 +200,6 @@ def _is_claude_code(item: object) -> bool:
 
 
 def _lines_format(lines: list[tuple[int, Any]]) -> Format:
-    from ._conversations_responses import is_codex_lines
 
     if is_codex_lines([item for _, item in lines]):
         return "codex"
@@ -208,11 +210,8 @@ def _from_lines(name: str, lines: list[tuple[int, Any]], fmt: Format) -> Convers
     if fmt == "claude-code":
         return _convert_claude_code(name, lines)
     if fmt == "codex":
-        from ._conversations_responses import from_codex_lines
-
         messages, envelope = from_codex_lines(name, lines)
         return Conversation(name, "codex", messages, envelope)
-    from ._openai_format import from_openai
 
     try:
         messages = from_openai([item for _, item in lines])
@@ -244,9 +243,6 @@ def _looks_anthropic(body: dict[str, Any]) -> bool:
 def _convert(
     name: str, fmt: Format, items: list[Any], envelope: dict[str, Any] | None
 ) -> Conversation:
-    from ._anthropic_format import from_anthropic
-    from ._openai_format import from_openai
-    from ._responses_format import from_responses
 
     try:
         if fmt == "responses":
@@ -355,7 +351,6 @@ class _ClaudeCodeReader:
 
 
 def _convert_claude_code(name: str, lines: list[tuple[int, Any]]) -> Conversation:
-    from ._anthropic_format import from_anthropic
 
     entries: list[tuple[int, dict[str, Any]]] = []
     for lineno, item in lines:

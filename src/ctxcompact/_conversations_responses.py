@@ -19,6 +19,9 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
+from ._responses_format import from_responses
+from ._responses_items import looks_like_responses
+from ._responses_write import to_responses
 from .exceptions import ConversationFileError, FormatError
 
 if TYPE_CHECKING:
@@ -34,7 +37,6 @@ _ITEM_LINE = "response_item"
 
 def is_codex_lines(items: list[Any]) -> bool:
     """Whether decoded JSON Lines are a Codex rollout or bare Responses items."""
-    from ._responses_items import looks_like_responses
 
     if any(isinstance(item, dict) and item.get("type") == _ITEM_LINE for item in items):
         return True
@@ -45,7 +47,6 @@ def from_codex_lines(
     name: str, lines: list[tuple[int, Any]]
 ) -> tuple[list[Message], dict[str, Any] | None]:
     """The history of rollout (or bare item) lines, and the envelope to write it back."""
-    from ._responses_format import from_responses
 
     rollout = any(isinstance(item, dict) and item.get("type") == _ITEM_LINE for _, item in lines)
     numbered: list[tuple[int, Any]] = []
@@ -76,7 +77,6 @@ def from_codex_lines(
 
 def dump_responses(history: list[Message], fmt: str, envelope: dict[str, Any] | None) -> str:
     """The text of ``history`` in the Responses shape it was read from."""
-    from ._responses_write import to_responses
 
     items = to_responses(history)
     if fmt == "codex":

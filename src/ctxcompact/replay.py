@@ -42,6 +42,7 @@ from ._controller import ControllerState
 from ._conversations import read_conversation
 from ._messages import Message
 from ._pricing import PRICING, CacheMeter, CallCost, Pricing, message_time, provider
+from ._referenced import removed_then_referenced
 
 __all__ = [
     "PRICING",
@@ -342,7 +343,6 @@ def _measure_referenced(
     controller: CompactionController | None,
 ) -> ReplayStats:
     """Fill the removed-then-referenced counts from each call's input."""
-    from ._referenced import removed_then_referenced
 
     report = removed_then_referenced(conversation, inputs)
     stats.removed_results = report.removed

@@ -11,10 +11,12 @@ import asyncio
 import sys
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from .._loader import list_strategies
 from .._pricing import Pricing, provider
+from .._validate import check_history
 from ..replay import FileReplay, ReplayStats, replay
 from . import params_for
-from ._io import CliError, Conversation, load_demo, read_conversation
+from ._io import CliError, Conversation, load_demo, read_conversation, write_conversation
 from ._progress import FailureReport, call_progress
 from ._report import (
     ReplaySettings,
@@ -81,7 +83,6 @@ def run_apply(args: argparse.Namespace) -> int:
 
 
 async def _apply(args: argparse.Namespace, conversation: Conversation, setup: Setup) -> int:
-    from ._io import write_conversation
 
     history = conversation.messages
     controller = setup.make_controller()
@@ -287,7 +288,6 @@ def _pricing(args: argparse.Namespace, setup: Setup) -> Pricing:
 
 
 def run_validate(args: argparse.Namespace) -> int:
-    from .._validate import check_history
 
     files: list[dict[str, Any]] = []
     unreadable = 0
@@ -329,7 +329,6 @@ def run_validate(args: argparse.Namespace) -> int:
 
 
 def run_strategies(args: argparse.Namespace) -> int:
-    from .._loader import list_strategies
 
     infos = list_strategies()
     if args.json:

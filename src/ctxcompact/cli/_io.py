@@ -14,9 +14,12 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
+from .._anthropic_format import to_anthropic
 from .._conversations import FORMATS, Conversation, Format
 from .._conversations import load_conversation as _load
 from .._conversations import parse_conversation as _parse
+from .._conversations_responses import dump_responses
+from .._openai_format import to_openai
 from ..exceptions import ConversationFileError, CtxCompactError
 
 if TYPE_CHECKING:
@@ -76,13 +79,9 @@ def load_demo() -> Conversation:
 
 def write_conversation(conversation: Conversation, history: list[Message], out: str) -> None:
     """Write ``history`` in the format ``conversation`` was read in (``-``: standard output)."""
-    from .._anthropic_format import to_anthropic
-    from .._openai_format import to_openai
 
     payload: object
     if conversation.format in ("responses", "codex"):
-        from .._conversations_responses import dump_responses
-
         _write_text(dump_responses(history, conversation.format, conversation.envelope), out)
         return
     # A Claude Code log is written as the Anthropic Messages it holds (its blocks round-trip).

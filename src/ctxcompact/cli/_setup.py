@@ -11,6 +11,7 @@ from .._config import Config, load_config
 from .._controller import CompactionController
 from .._defaults import REPLAY_MAX_CONTEXT_SIZE, REPLAY_RESERVED_CONTEXT_SIZE
 from .._loader import load_strategy
+from .._store_memory import MemoryStore
 from .._tokens import counter_from_config
 from .._wiring import build_llm_with_window, offered_dependencies, require_llm, wire
 from ..replay import MemoCounter, MeteredLLM
@@ -101,7 +102,6 @@ class Setup:
         With ``[store] recall = true`` it gets a fresh in-memory store: a replay measures
         what recall would give and never writes the configured store's file.
         """
-        from .._store_memory import MemoryStore
 
         store = MemoryStore() if self.config.store.recall else None
         wiring = wire(self.config, llm=self.llm, token_counter=self.counter, store=store)
