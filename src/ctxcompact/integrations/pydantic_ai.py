@@ -26,6 +26,7 @@ baselines, deltas) ride with the message next to them.
 from __future__ import annotations
 
 import dataclasses
+import sys
 from typing import TYPE_CHECKING, Any
 
 from ..exceptions import MissingDependencyError
@@ -37,7 +38,11 @@ try:
     # At run time: pydantic-ai reads the processor's first annotation to pass it the context.
     from pydantic_ai.tools import RunContext  # noqa: TC002
 except ImportError as exc:  # pragma: no cover - exercised in a subprocess test
-    raise MissingDependencyError("ctxcompact.integrations.pydantic_ai", "pydantic-ai") from exc
+    # pydantic-ai 2.x supports Python 3.11+: on 3.10 the extra installs nothing.
+    what = "ctxcompact.integrations.pydantic_ai" + (
+        " (pydantic-ai 2.x needs Python 3.11 or newer)" if sys.version_info < (3, 11) else ""
+    )
+    raise MissingDependencyError(what, "pydantic-ai") from exc
 
 from .._messages import Message, RawPart, TextPart, ToolCall
 from ._common import Controllers
