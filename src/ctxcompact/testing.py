@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ._contract import CompactionContext, CompactionOutput, Completion
+from ._defaults import DEFAULT_RESERVED_CONTEXT_SIZE
 from ._invariants import INVARIANTS, Invariant, Snapshot, output_problems
 from ._messages import Message
 from ._tokens import HeuristicTokenCounter
@@ -257,7 +258,7 @@ async def check_strategy_invariants(
     *,
     token_count: int | None = None,
     max_context_size: int = 200_000,
-    reserved_context_size: int = 50_000,
+    reserved_context_size: int = DEFAULT_RESERVED_CONTEXT_SIZE,
     llm: LLM | None = None,
     token_counter: TokenCounter | None = None,
     max_output_tokens: int | None = None,
@@ -273,7 +274,10 @@ async def check_strategy_invariants(
             "max_output_tokens": max_output_tokens,
         }
         extra = [k for k, v in given.items() if v is not None]
-        if extra or (max_context_size, reserved_context_size) != (200_000, 50_000):
+        if extra or (max_context_size, reserved_context_size) != (
+            200_000,
+            DEFAULT_RESERVED_CONTEXT_SIZE,
+        ):
             raise TypeError(
                 "pass either a CompactionContext or a history with context arguments, not "
                 f"both (got a context and {extra or 'max/reserved sizes'})"
@@ -312,7 +316,7 @@ def assert_strategy_invariants(
     *,
     token_count: int | None = None,
     max_context_size: int = 200_000,
-    reserved_context_size: int = 50_000,
+    reserved_context_size: int = DEFAULT_RESERVED_CONTEXT_SIZE,
     llm: LLM | None = None,
     token_counter: TokenCounter | None = None,
     max_output_tokens: int | None = None,

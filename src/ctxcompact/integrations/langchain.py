@@ -30,6 +30,7 @@ import json
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
+from .._defaults import DEFAULT_RESERVED_CONTEXT_SIZE
 from ..exceptions import MissingDependencyError
 
 try:
@@ -87,7 +88,7 @@ class CompactionMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         strategy: CompactionStrategy,
         *,
         max_context_size: int,
-        reserved_context_size: int = 50_000,
+        reserved_context_size: int = DEFAULT_RESERVED_CONTEXT_SIZE,
         trigger_ratio: float | None = None,
         token_counter: TokenCounter | None = None,
         llm: LLM | None = None,

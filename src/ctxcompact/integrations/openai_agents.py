@@ -27,6 +27,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
+from .._defaults import DEFAULT_RESERVED_CONTEXT_SIZE
 from ..exceptions import FormatError, MissingDependencyError
 
 try:
@@ -118,7 +119,7 @@ class CompactionFilter:
         strategy: CompactionStrategy,
         *,
         max_context_size: int,
-        reserved_context_size: int = 50_000,
+        reserved_context_size: int = DEFAULT_RESERVED_CONTEXT_SIZE,
         trigger_ratio: float | None = None,
         token_counter: TokenCounter | None = None,
         llm: LLM | None = None,
@@ -208,7 +209,7 @@ class CompactingSession:
         strategy: CompactionStrategy,
         *,
         max_context_size: int,
-        reserved_context_size: int = 50_000,
+        reserved_context_size: int = DEFAULT_RESERVED_CONTEXT_SIZE,
         trigger_ratio: float | None = None,
         token_counter: TokenCounter | None = None,
         llm: LLM | None = None,

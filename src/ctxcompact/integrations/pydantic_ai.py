@@ -29,6 +29,7 @@ import dataclasses
 import sys
 from typing import TYPE_CHECKING, Any
 
+from .._defaults import DEFAULT_RESERVED_CONTEXT_SIZE
 from ..exceptions import MissingDependencyError
 
 try:
@@ -64,7 +65,7 @@ def history_processor(
     strategy: CompactionStrategy,
     *,
     max_context_size: int,
-    reserved_context_size: int = 50_000,
+    reserved_context_size: int = DEFAULT_RESERVED_CONTEXT_SIZE,
     trigger_ratio: float | None = None,
     token_counter: TokenCounter | None = None,
     llm: LLM | None = None,
