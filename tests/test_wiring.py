@@ -344,3 +344,24 @@ async def test_agent_mode_replay_keeps_the_compacted_history() -> None:
     assert agent.compactions >= 1
     assert baseline.calls_over_window > 0
     assert agent.calls_over_window < baseline.calls_over_window
+
+
+def test_the_summarizers_window_comes_from_models_when_not_written() -> None:
+    config = Config.from_dict(
+        {
+            "compaction": {
+                "strategy": "llm-summary",
+                "max_context_size": 100_000,
+                "reserved_context_size": 1_000,
+                "llm": {
+                    "provider": "openai",
+                    "model": "my-local-model",
+                    "base_url": "http://127.0.0.1:9/v1",
+                    "api_key_env": "NO_SUCH_VAR",
+                },
+            },
+            "models": {"my-local-model": 2_048},
+        }
+    )
+    wiring = wire(config)
+    assert getattr(wiring.llm, "context_window", None) == 2_048

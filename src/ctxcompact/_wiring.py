@@ -177,14 +177,14 @@ def wire(
                     path=where,
                     key="agent.llm",
                 )
-            agent_llm = build_llm_with_window(agent_config)
+            agent_llm = build_llm_with_window(agent_config, config.models)
             owned.append(agent_llm)
         summarizer = agent_llm
         if comp.llm is not None and config.agent.llm is not None:
-            summarizer = build_llm_with_window(comp.llm)
+            summarizer = build_llm_with_window(comp.llm, config.models)
             owned.append(summarizer)
     elif summarizer is None and comp.llm is not None:
-        summarizer = build_llm_with_window(comp.llm)
+        summarizer = build_llm_with_window(comp.llm, config.models)
         owned.append(summarizer)
 
     if strategy is None:
@@ -219,14 +219,17 @@ def wire(
     )
 
 
-def build_llm_with_window(llm_config: LLMConfig) -> LLM:
+def build_llm_with_window(llm_config: LLMConfig, models: Mapping[str, int] | None = None) -> LLM:
     """The adapter ``llm_config`` describes, stating its model's own window
     (:class:`~ctxcompact._contract.WindowedLLM`): ``context_window`` when configured, else the
-    model table's (:func:`ctxcompact.context_window`), else unknown. A summarizer bounds its
+    model table's (:func:`ctxcompact.context_window`, with the ``[models]`` overrides), else
+    unknown. A summarizer bounds its
     request and answer by it, not by the agent's window."""
     llm = build_llm(llm_config)
     if isinstance(llm, SDKAdapter):
-        llm.context_window = llm_config.context_window or context_window(llm_config.model)
+        llm.context_window = llm_config.context_window or context_window(
+            llm_config.model, overrides=models
+        )
     return llm
 
 

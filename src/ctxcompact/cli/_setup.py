@@ -131,7 +131,7 @@ def build_setup(
     settings = config.token_counting.model_copy(update={"method": counter_name})
     counter = MemoCounter(counter_from_config(settings))
     llm = (
-        MeteredLLM(build_llm_with_window(config.compaction.llm), counter)
+        MeteredLLM(build_llm_with_window(config.compaction.llm, config.models), counter)
         if config.compaction.llm is not None
         else None
     )
