@@ -1,25 +1,29 @@
-"""What the integrations share: one controller per conversation, built from the same options."""
+"""What the integrations share: one controller, one state per conversation."""
 
 from __future__ import annotations
 
 from collections import OrderedDict
 from typing import TYPE_CHECKING, Any
 
-from .._controller import CompactionController
+from .._controller import CompactionController, ControllerState
 
 if TYPE_CHECKING:
-    from collections.abc import Hashable
+    from collections.abc import Hashable, Sequence
 
     from .._contract import CompactionStrategy
+    from .._messages import Message
 
-__all__ = ["Controllers"]
+__all__ = ["Conversations"]
 
 
-class Controllers:
-    """One :class:`CompactionController` per conversation key (a run id, a session id...).
+class Conversations:
+    """One :class:`CompactionController` for every conversation, and one
+    :class:`ControllerState` per conversation key (a run id, a thread id...).
 
-    A controller keeps state between calls (failure count, the last compaction's size), so one
-    conversation must keep its own; the oldest keys are forgotten past ``max_conversations``.
+    What a conversation accumulates (its running count, its loop guards) is its own; the
+    strategy, limits and options are shared and built once, so a bad option fails where the
+    integration is set up, not mid-run. The states of the oldest keys are forgotten past
+    ``max_conversations``.
     """
 
     def __init__(
@@ -29,20 +33,21 @@ class Controllers:
         *,
         max_conversations: int = 256,
     ) -> None:
-        self.strategy = strategy
-        self.options = options
+        self.controller = CompactionController(strategy, **options)
         self.max_conversations = max_conversations
-        self._by_key: OrderedDict[Hashable, CompactionController] = OrderedDict()
-        # Built now, so a bad option fails where the integration is set up, not mid-run.
-        self.get(None)
+        self._states: OrderedDict[Hashable, ControllerState] = OrderedDict()
 
-    def get(self, key: Hashable) -> CompactionController:
-        controller = self._by_key.get(key)
-        if controller is None:
-            controller = CompactionController(self.strategy, **self.options)
-            self._by_key[key] = controller
-            while len(self._by_key) > self.max_conversations:
-                self._by_key.popitem(last=False)
+    def state(self, key: Hashable) -> ControllerState:
+        """The state of conversation ``key`` (a new one the first time)."""
+        state = self._states.get(key)
+        if state is None:
+            state = self._states[key] = ControllerState()
+            while len(self._states) > self.max_conversations:
+                self._states.popitem(last=False)
         else:
-            self._by_key.move_to_end(key)
-        return controller
+            self._states.move_to_end(key)
+        return state
+
+    async def maybe_compact(self, key: Hashable, history: Sequence[Message]) -> Sequence[Message]:
+        """:meth:`CompactionController.maybe_compact` with conversation ``key``'s state."""
+        return await self.controller.maybe_compact(history, state=self.state(key))

@@ -48,7 +48,7 @@ except ImportError as exc:  # pragma: no cover - exercised in a subprocess test
     raise MissingDependencyError("ctxcompact.integrations.langchain", "langchain") from exc
 
 from .._messages import Message, RawPart, TextPart, ToolCall
-from ._common import Controllers
+from ._common import Conversations
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -103,7 +103,7 @@ class CompactionMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
             "llm": llm,
             "on_event": on_event,
         }
-        self.controllers = Controllers(strategy, options)
+        self.conversations = Conversations(strategy, options)
 
     async def abefore_model(
         self, state: AgentState[Any], runtime: Runtime[Any]
@@ -114,8 +114,7 @@ class CompactionMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
             return None
         history = to_history(messages)
         # One conversation = one thread; its first message's id is stable across turns.
-        controller = self.controllers.get(messages[0].id)
-        result = await controller.maybe_compact(history)
+        result = await self.conversations.maybe_compact(messages[0].id, history)
         if result is history:
             return None
         return {

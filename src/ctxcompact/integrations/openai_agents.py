@@ -35,9 +35,9 @@ try:
 except ImportError as exc:  # pragma: no cover - exercised in a subprocess test
     raise MissingDependencyError("ctxcompact.integrations.openai_agents", "openai-agents") from exc
 
+from .._controller import CompactionController, ControllerState
 from .._format_common import copy_json
 from .._responses_format import from_responses, to_responses
-from ._common import Controllers
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
@@ -46,7 +46,7 @@ if TYPE_CHECKING:
     from agents.memory import SessionSettings
 
     from .._contract import LLM, CompactionStrategy
-    from .._controller import CompactionController, CompactionEvent
+    from .._controller import CompactionEvent
     from .._tokens import TokenCounter
 
 __all__ = ["CompactingSession", "CompactionFilter"]
@@ -82,8 +82,8 @@ class _Conversation:
     """What the filter remembers of one run: the items of its last call, the items it
     compacted and what it sends instead of them."""
 
-    def __init__(self, controller: CompactionController) -> None:
-        self.controller = controller
+    def __init__(self) -> None:
+        self.state = ControllerState()  # the run's own count and loop guards
         self.seen: list[Any] = []
         self.source: list[Any] = []
         self.sent: list[dict[str, Any]] = []
@@ -129,14 +129,13 @@ class CompactionFilter:
         options = _options(
             max_context_size, reserved_context_size, trigger_ratio, token_counter, llm, on_event
         )
-        self._controllers = Controllers(strategy, options)
+        self._controller = CompactionController(strategy, **options)
         self._max_context_size = max_context_size
         self._max_conversations = max_conversations
         self._conversations: list[_Conversation] = []
-        self._made = 0
 
     def __repr__(self) -> str:
-        name = type(self._controllers.strategy).__name__
+        name = type(self._controller.strategy).__name__
         return f"CompactionFilter({name}(...), max_context_size={self._max_context_size})"
 
     async def __call__(self, data: CallModelData[Any]) -> ModelInputData:
@@ -148,7 +147,7 @@ class CompactionFilter:
         except FormatError as exc:  # fail open: the run goes on with its input as is
             logger.warning("not compacting: the model input is not Responses items (%s)", exc)
             return data.model_data
-        result = await conversation.controller.maybe_compact(history)
+        result = await self._controller.maybe_compact(history, state=conversation.state)
         if result is not history:
             conversation.source = [copy_json(item) for item in items]
             conversation.sent = to_responses(result)
@@ -169,8 +168,7 @@ class CompactionFilter:
             self._conversations.remove(best)
             self._conversations.append(best)
             return best
-        self._made += 1
-        conversation = _Conversation(self._controllers.get(("run", self._made)))
+        conversation = _Conversation()
         self._conversations.append(conversation)
         if len(self._conversations) > self._max_conversations:
             self._conversations.pop(0)
@@ -219,7 +217,7 @@ class CompactingSession:
             max_context_size, reserved_context_size, trigger_ratio, token_counter, llm, on_event
         )
         self.session = session
-        self.controller = Controllers(strategy, options).get(session.session_id)
+        self.controller = CompactionController(strategy, **options)  # one session, one state
 
     @property
     def session_id(self) -> str:

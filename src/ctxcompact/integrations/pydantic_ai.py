@@ -46,7 +46,7 @@ except ImportError as exc:  # pragma: no cover - exercised in a subprocess test
     raise MissingDependencyError(what, "pydantic-ai") from exc
 
 from .._messages import Message, RawPart, TextPart, ToolCall
-from ._common import Controllers
+from ._common import Conversations
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -98,11 +98,11 @@ def history_processor(
         "llm": llm,
         "on_event": on_event,
     }
-    return ProcessHistory(CompactingProcessor(Controllers(strategy, options)))
+    return ProcessHistory(CompactingProcessor(Conversations(strategy, options)))
 
 
 class CompactingProcessor:
-    """The history processor behind :func:`history_processor`: one controller per run id.
+    """The history processor behind :func:`history_processor`: one controller state per run.
 
     Example:
         >>> from ctxcompact.strategies import ToolResultHiding
@@ -111,15 +111,14 @@ class CompactingProcessor:
         'CompactingProcessor'
     """
 
-    def __init__(self, controllers: Controllers) -> None:
-        self.controllers = controllers
+    def __init__(self, conversations: Conversations) -> None:
+        self.conversations = conversations
 
     async def __call__(
         self, ctx: RunContext[Any], messages: list[pai.ModelMessage]
     ) -> list[pai.ModelMessage]:
         history = to_history(messages)
-        controller = self.controllers.get(ctx.run_id)
-        result = await controller.maybe_compact(history)
+        result = await self.conversations.maybe_compact(ctx.run_id, history)
         if result is history:
             return messages
         return from_history(result, messages, history)
