@@ -205,7 +205,7 @@ class Rewriter:
             )
         compacted = step.compacted or reused
         action = "compacted" if compacted else "failed" if failed else "transformed"
-        after = counter.count(request)
+        after = controller.token_count(request, state=state)  # reuses the kept estimates
         offered = (
             self.recall is not None
             and store is not None
