@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import stat
 import subprocess
 import sys
 import textwrap
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -192,3 +194,60 @@ def test_several_processes_can_create_the_same_new_file_at_once(tmp_path: Path) 
             "p1",
             "p2",
         ]  # type: ignore[union-attr]
+
+
+@pytest.fixture(params=[0o022, 0o000], ids=["umask022", "umask000"])
+def umask(request: pytest.FixtureRequest) -> Iterator[int]:
+    old = os.umask(request.param)
+    try:
+        yield request.param
+    finally:
+        os.umask(old)
+
+
+def mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+@pytest.mark.skipif(os.name != "posix", reason="file modes are POSIX")
+def test_the_file_and_its_side_files_are_private_whatever_the_umask(
+    tmp_path: Path, umask: int
+) -> None:
+    path = tmp_path / "new" / "deeper" / "o.db"
+    with SQLiteStore(path) as store:
+        store.put(record("call_1", "secret tool output"))
+        store.put_summary("ns", "k", [Message.user("s")])
+        files = {p.name: mode(p) for p in path.parent.iterdir()}
+        # All three exist while the connection is open (WAL mode), and none is readable by
+        # anyone but the owner.
+        assert files == {"o.db": 0o600, "o.db-wal": 0o600, "o.db-shm": 0o600}
+    assert mode(tmp_path / "new") == 0o700
+    assert mode(tmp_path / "new" / "deeper") == 0o700
+
+
+@pytest.mark.skipif(os.name != "posix", reason="file modes are POSIX")
+def test_an_existing_directory_is_left_alone(tmp_path: Path, umask: int) -> None:
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o755)
+    with SQLiteStore(shared / "o.db") as store:
+        store.put(record("call_1", "x"))
+        assert mode(shared / "o.db") == 0o600
+    assert mode(shared) == 0o755
+
+
+@pytest.mark.skipif(os.name != "posix", reason="file modes are POSIX")
+def test_a_world_readable_file_from_before_is_made_private_on_open(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "o.db"
+    with SQLiteStore(path) as store:
+        store.put(record("call_1", "kept"))
+        for name in ("o.db", "o.db-wal", "o.db-shm"):
+            (tmp_path / name).chmod(0o644)  # as an older ctxcompact left them
+        with caplog.at_level("WARNING", logger="ctxcompact.store"), SQLiteStore(path) as again:
+            assert again.get("default", "call_1").message.text == "kept"  # type: ignore[union-attr]
+            for name in ("o.db", "o.db-wal", "o.db-shm"):
+                assert mode(tmp_path / name) == 0o600, name
+    assert "readable by others" in caplog.text
+    assert "kept" not in caplog.text

@@ -7,6 +7,10 @@ than fail at once. One connection per store object, shared by threads under a lo
 
 The schema's version is ``PRAGMA user_version``; a file written by a newer schema is refused
 with a :class:`~ctxcompact.exceptions.StoreError` rather than misread.
+
+Privacy: the file holds every caller's hidden tool output, so it is created 0600 (SQLite gives
+its ``-wal`` and ``-shm`` files the database file's mode) and the directories the store creates
+are 0700, whatever the umask; a file of ours that others can read is made 0600 on open.
 """
 
 from __future__ import annotations
@@ -100,8 +104,7 @@ class SQLiteStore:
         self._lock = threading.Lock()
         self._conn: sqlite3.Connection | None = None
         try:
-            directory = os.path.dirname(os.path.abspath(self.path))
-            os.makedirs(directory, exist_ok=True)
+            _make_private(self.path)
             conn = sqlite3.connect(
                 self.path, timeout=busy_timeout, isolation_level=None, check_same_thread=False
             )
@@ -313,6 +316,64 @@ class SQLiteStore:
             len(doomed),
             freed,
             self.max_bytes,
+        )
+
+
+_PRIVATE_FILE = 0o600
+_PRIVATE_DIR = 0o700
+_SIDE_FILES = ("-wal", "-shm", "-journal")
+
+
+def _make_private(path: str) -> None:
+    """Create ``path`` (and its missing directories) readable by its owner only.
+
+    Modes are set with ``chmod`` after creation, so the umask cannot widen (000) or narrow
+    them. SQLite creates the ``-wal``, ``-shm`` and ``-journal`` files with the mode of the
+    database file, so they follow. An existing file we own that group or others can read
+    (one written by an older ctxcompact, 0644) is made 0600, with its side files; a file
+    owned by another user is left alone (the owner decided).
+    """
+    if path in ("", ":memory:"):  # SQLite's temporary and in-memory databases: no file
+        return
+    directory = os.path.dirname(os.path.abspath(path))
+    if os.name != "posix":  # no owner/group/other modes to set
+        os.makedirs(directory, exist_ok=True)
+        return
+    missing = []
+    while not os.path.isdir(directory):
+        missing.append(directory)
+        parent = os.path.dirname(directory)
+        if parent == directory:
+            break
+        directory = parent
+    for created in reversed(missing):
+        try:
+            os.mkdir(created, _PRIVATE_DIR)
+        except FileExistsError:  # another process made it meanwhile: not ours to change
+            continue
+        os.chmod(created, _PRIVATE_DIR)
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, _PRIVATE_FILE)
+    except FileExistsError:
+        for name in (path, *(path + suffix for suffix in _SIDE_FILES)):
+            _tighten(name)
+        return
+    try:
+        os.fchmod(fd, _PRIVATE_FILE)
+    finally:
+        os.close(fd)
+
+
+def _tighten(path: str) -> None:
+    """``path`` made 0600 when we own it and group or others have any access to it."""
+    try:
+        info = os.stat(path)
+    except FileNotFoundError:
+        return
+    if info.st_uid == os.geteuid() and info.st_mode & 0o077:
+        os.chmod(path, _PRIVATE_FILE)
+        logger.warning(
+            "store %s was readable by others (mode %o); it is now 0600", path, info.st_mode & 0o777
         )
 
 
