@@ -189,6 +189,7 @@ class StoreHook:
         restored: dict[int, Message] = {}  # index in after -> message put back
         rendered: dict[int, Message] = {}  # index in after -> recall placeholder
         records: list[StoredOriginal] = []
+        unrecordable: Exception | None = None
         for removal in removals:
             replacement = removal.replacement
             j = positions.get(id(replacement)) if replacement is not None else None
@@ -209,16 +210,22 @@ class StoreHook:
                 # process), or it is a built-in strategy's placeholder (produced by another
                 # process, or before a restart, on a history resumed from storage).
                 continue
-            records.append(
-                StoredOriginal.from_message(
-                    removal.message,
-                    position=removal.position,
-                    kind=removal.kind,
-                    namespace=namespace or self.namespace,
-                    tool_call_id=removal.tool_call_id,
-                    tool_name=removal.tool_name,
+            try:
+                records.append(
+                    StoredOriginal.from_message(
+                        removal.message,
+                        position=removal.position,
+                        kind=removal.kind,
+                        namespace=namespace or self.namespace,
+                        tool_call_id=removal.tool_call_id,
+                        tool_name=removal.tool_name,
+                    )
                 )
-            )
+            except Exception as exc:  # a message the record cannot hold: report, never raise
+                logger.debug("a removed original could not be serialised", exc_info=True)
+                unrecordable = unrecordable or exc
+                if j is not None:
+                    rendered.pop(j, None)  # not stored: the model must not be told to recall it
         error: str | None = None
         if records:
             try:
@@ -227,6 +234,8 @@ class StoreHook:
                 logger.debug("store %s raised", type(self.store).__name__, exc_info=True)
                 error = self._failed(exc, len(records))
                 rendered = {}  # nothing to recall: the strategy's placeholders stay
+        if unrecordable is not None and error is None:
+            error = self._failed(unrecordable)
         changes = {**rendered, **restored}
         if not changes:
             return after, error
@@ -272,23 +281,28 @@ def store_cut_results(
     ``results[k]`` was added to the history at ``start + k`` as ``cut[k]``. A store failure is
     logged at WARNING without content, never raised.
     """
-    records = [
-        StoredOriginal.from_message(
-            whole, position=start + k, kind="truncated", namespace=namespace
-        )
+    pairs = [
+        (k, whole)
         for k, (whole, short) in enumerate(zip(results, cut, strict=True))
         if short is not whole
     ]
-    if not records:
+    if not pairs:
         return True
     try:
-        store.put(*records)
+        store.put(
+            *(
+                StoredOriginal.from_message(
+                    whole, position=start + k, kind="truncated", namespace=namespace
+                )
+                for k, whole in pairs
+            )
+        )
     except Exception as exc:  # the store never stops the agent
         logger.debug("store %s raised", type(store).__name__, exc_info=True)
         logger.warning(
             "originals store %s could not keep %d truncated result(s) (%s); the run goes on",
             type(store).__name__,
-            len(records),
+            len(pairs),
             type(exc).__name__,
         )
         return False

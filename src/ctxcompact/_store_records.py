@@ -15,6 +15,8 @@ import weakref
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
 
+from pydantic import ValidationError
+
 from ._messages import Message
 
 if TYPE_CHECKING:
@@ -46,14 +48,32 @@ def dump_message(message: Message) -> str:
     """The message's JSON: the keys it was built with (``null`` kept, absent kept absent).
 
     Nested parts and tool calls are written whole, so their ``type`` always survives and the
-    JSON validates back into the same message (:func:`load_message`).
+    JSON validates back into the same message (:func:`load_message`). A string UTF-8 cannot
+    encode (a lone UTF-16 surrogate, as JavaScript clients send when they cut an emoji in
+    two) is written as its ``\\udXXX`` escape, in ASCII JSON, so it comes back exactly;
+    every other message gets the model's own JSON, byte for byte as before.
+
+    Example:
+        >>> load_message(dump_message(Message.tool("c1", "cut \\ud83d"))).content == "cut \\ud83d"
+        True
     """
-    return message.model_dump_json(include=set(message.model_fields_set))
+    fields = set(message.model_fields_set)
+    try:
+        return message.model_dump_json(include=fields)
+    except ValueError:  # PydanticSerializationError: only unencodable strings get here
+        data = message.model_dump(mode="json", include=fields)
+        return json.dumps(data, ensure_ascii=True, separators=(",", ":"), allow_nan=False)
 
 
 def load_message(text: str) -> Message:
     """The message :func:`dump_message` wrote."""
-    return Message.model_validate_json(text)
+    try:
+        return Message.model_validate_json(text)
+    except ValidationError:
+        if "\\ud" not in text and "\\uD" not in text:
+            raise
+    # pydantic's JSON parser refuses a lone surrogate's escape; the standard library's keeps it.
+    return Message.model_validate(json.loads(text))
 
 
 def _sha256(text: str) -> str:

@@ -222,17 +222,22 @@ def record_removed(
     removals = removed_originals(before, after)
     if not removals:
         return 0
-    records = [
-        StoredOriginal.from_message(
-            r.message,
-            position=r.position,
-            kind=r.kind,
-            namespace=namespace,
-            tool_call_id=r.tool_call_id,
-            tool_name=r.tool_name,
-        )
-        for r in removals
-    ]
+    try:
+        records = [
+            StoredOriginal.from_message(
+                r.message,
+                position=r.position,
+                kind=r.kind,
+                namespace=namespace,
+                tool_call_id=r.tool_call_id,
+                tool_name=r.tool_name,
+            )
+            for r in removals
+        ]
+    except Exception as exc:  # a message no record can hold: still a StoreError to report
+        raise StoreError(
+            f"{len(removals)} removed original(s) could not be serialised: {type(exc).__name__}"
+        ) from exc
     try:
         store.put(*records)
     except StoreError:

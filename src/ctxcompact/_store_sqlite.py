@@ -259,6 +259,8 @@ class SQLiteStore:
                 return conn.execute(sql, params).fetchone()
             except sqlite3.Error as exc:
                 raise StoreError(f"cannot read the store: {exc}", path=self.path) from exc
+            except UnicodeEncodeError as exc:
+                raise _not_utf8("read", exc, self.path) from exc
 
     def _write(self, work: Callable[[sqlite3.Connection], None]) -> None:
         with self._lock:
@@ -274,6 +276,8 @@ class SQLiteStore:
                     raise
             except sqlite3.Error as exc:
                 raise StoreError(f"cannot write to the store: {exc}", path=self.path) from exc
+            except UnicodeEncodeError as exc:
+                raise _not_utf8("write", exc, self.path) from exc
 
     @staticmethod
     def _upsert(conn: sqlite3.Connection, rows: list[tuple[Any, ...]]) -> None:
@@ -317,6 +321,16 @@ class SQLiteStore:
             freed,
             self.max_bytes,
         )
+
+
+def _not_utf8(what: str, exc: UnicodeEncodeError, path: str) -> StoreError:
+    """Message content is stored as ASCII JSON whatever it holds; an id, a tool name or a
+    namespace with a lone surrogate cannot be SQLite text (UTF-8), and is refused."""
+    return StoreError(
+        f"cannot {what} the store: a tool-call id, tool name or namespace holds a lone "
+        f"surrogate ({exc.reason} at character {exc.start}), which SQLite text cannot hold",
+        path=path,
+    )
 
 
 _PRIVATE_FILE = 0o600

@@ -177,7 +177,11 @@ async def _send(
 
 
 def _dumps(body: Body) -> bytes:
-    return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    # A recalled original may hold a lone surrogate (the client sent one, the store kept it
+    # exactly): it can only be inside a JSON string, where backslashreplace writes exactly
+    # its \udXXX escape, as ._json.encode_body does for rewritten bodies.
+    text = json.dumps(body, ensure_ascii=False, separators=(",", ":"))
+    return text.encode("utf-8", "backslashreplace")
 
 
 def _headers(upstream: httpx.Response, extra: dict[str, str]) -> dict[str, str]:
