@@ -125,13 +125,32 @@ def render_placeholder(template: str, *, tool_call_id: str, tool_name: str, char
 
 @lru_cache(maxsize=32)
 def placeholder_pattern(template: str) -> re.Pattern[str]:
-    """A regex that matches any rendering of ``template``, to leave masked results alone."""
-    out = []
+    """A regex whose ``fullmatch`` tells any rendering of ``template``, in linear time.
+
+    A field stands for any text without a newline (format specs such as
+    ``{original_chars:,}`` change how a value looks). Every result of a conversation is
+    matched against it, and a tool's output can be crafted, so the regex must not backtrack
+    over a field: a lazy ``[^\n]*?`` per field cost O(n^fields) (7.9 s for 6.8 kB of
+    ``, tool=, chars=`` repeated behind the Schema 1 prefix). Here a field followed, on its
+    line, by a literal and another field stops at that literal's first occurrence (which is
+    always a valid choice: a later one leaves less room and no more), and the last field of
+    a line takes the line up to the literal that ends it; so every character is tried a
+    bounded number of times. It accepts exactly what the lazy form accepted
+    (``tests/test_redos.py`` checks that on random templates and on every tool result of
+    the traces).
+    """
+    literals = [""]  # literal, field(s), literal, ..., literal
     for literal, field, _, _ in string.Formatter().parse(template):
+        literals[-1] += literal
+        if field is not None and not (len(literals) > 1 and literals[-1] == ""):
+            literals.append("")  # fields in a row make one gap
+    out = [re.escape(literals[0])]
+    for k, literal in enumerate(literals[1:], start=1):
+        if k == len(literals) - 1 or "\n" in literal:
+            out.append(r"[^\n]*")  # ends its line: one place the literal can be
+        else:
+            out.append(r"(?:(?!" + re.escape(literal) + r")[^\n])*")  # to its first occurrence
         out.append(re.escape(literal))
-        if field is not None:
-            # Any rendering: format specs (``{original_chars:,}``) change how a value looks.
-            out.append(r"[^\n]*?")
     return re.compile("".join(out), re.DOTALL)
 
 
