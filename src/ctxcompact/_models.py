@@ -264,7 +264,9 @@ _CONTEXT_ERRORS = [
     re.compile(r"maximum context length is " + _NUMBER + r" tokens", re.IGNORECASE),
     # Anthropic: "prompt is too long: 208310 tokens > 200000 maximum", and "input length and
     # `max_tokens` exceed context limit: 199000 + 21333 > 200000"
-    re.compile(r"\d[\d,]* tokens? > " + _NUMBER + r" maximum", re.IGNORECASE),
+    # (``\d,*`` is ``\d[\d,]*`` ending where it must end: the same texts match, and a run of
+    # n digits costs O(n), where ``\d[\d,]*`` restarted at every digit cost O(n^2).)
+    re.compile(r"\d,* tokens? > " + _NUMBER + r" maximum", re.IGNORECASE),
     re.compile(r"exceed context limit: \d+ \+ \d+ > " + _NUMBER, re.IGNORECASE),
     # Gemini: "exceeds the maximum number of tokens allowed (1048576)"
     re.compile(r"maximum number of tokens allowed \(?" + _NUMBER, re.IGNORECASE),

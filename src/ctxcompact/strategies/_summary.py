@@ -546,14 +546,31 @@ def _request(items: list[str], instructions: str) -> list[Message]:
 # -- reading the answer ------------------------------------------------------------------------
 
 _SUMMARY_TAG = re.compile(r"<summary>(.*?)(?:</summary>|$)", re.DOTALL)
-_ANALYSIS_TAG = re.compile(r"<analysis>.*?</analysis>", re.DOTALL)
+
+
+def _without_analysis(text: str) -> str:
+    """``text`` without its ``<analysis>...</analysis>`` blocks (an unclosed one stays).
+
+    What ``re.sub(r"<analysis>.*?</analysis>", "", text, flags=re.DOTALL)`` did, by
+    ``str.find``: the regex rescanned the rest of the text from every unclosed
+    ``<analysis>``, O(n^2) on a model's output of n characters.
+    """
+    out, start = [], 0
+    while (open_at := text.find("<analysis>", start)) >= 0:
+        close_at = text.find("</analysis>", open_at + len("<analysis>"))
+        if close_at < 0:
+            break  # no close after this one: none after any later one either
+        out.append(text[start:open_at])
+        start = close_at + len("</analysis>")
+    out.append(text[start:])
+    return "".join(out)
 
 
 def _answer_text(completion: Completion) -> str:
     """The summary text: thinking parts dropped, ``<analysis>`` dropped, prefix not repeated."""
     text = completion.message.text
     match = _SUMMARY_TAG.search(text)
-    text = match.group(1) if match else _ANALYSIS_TAG.sub("", text)
+    text = match.group(1) if match else _without_analysis(text)
     text = text.strip()
     while text.startswith(SUMMARY_PREFIX.strip()):
         text = text[len(SUMMARY_PREFIX.strip()) :].strip()
