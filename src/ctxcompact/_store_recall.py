@@ -4,14 +4,19 @@ One executor (:func:`execute_recall`) serves every loop: the :class:`~ctxcompact
 :func:`recall_tool` builds for :class:`~ctxcompact.Agent`, and any other loop (the proxy) that
 hands it the model's arguments. Results come back as numbered lines, ``limit`` at a time from
 ``offset``, or only the lines matching ``pattern``, so a huge result never returns whole.
+
+The model chooses ``pattern`` (and a prompt injection in any tool result can choose it for the
+model), so it is matched by RE2, whose time is linear in the text whatever the pattern:
+Python's ``re`` took 11.8 s for ``(a+)+$`` over 27 characters, doubling with each one more.
 """
 
 from __future__ import annotations
 
 import json
-import re
 import string
 from typing import TYPE_CHECKING, Any
+
+import re2
 
 from ._messages import TextPart
 from ._store_records import DEFAULT_NAMESPACE
@@ -19,7 +24,7 @@ from ._tools import ERROR_PREFIX, Tool
 from .exceptions import ConfigError
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Callable, Mapping
 
     from ._store_records import OriginalsStore
 
@@ -97,7 +102,8 @@ def _recall_tool_result(
         tool_call_id: The id named in the placeholder that replaced the result.
         offset: The first line to return (1 is the first line of the result).
         limit: How many lines to return at most (200 by default).
-        pattern: A regular expression (Python syntax); only matching lines are returned.
+        pattern: A regular expression (RE2 syntax: Python's without look-around or
+            backreferences); only matching lines are returned.
     """
     raise NotImplementedError  # the signature and docstring make the schema; see recall_tool
 
@@ -153,9 +159,51 @@ def _positive(arguments: Mapping[str, Any], name: str) -> int | None:
     return value
 
 
+_REGEX_META = frozenset("\\.^$|?*+()[]{}")
+_RE2_OPTIONS = re2.Options()
+_RE2_OPTIONS.log_errors = False  # a bad pattern is the model's to hear about, not stderr's
+# Whether a line matches is all that is asked: without groups to report, RE2 answers with its
+# DFA alone (about 3 ns a character, the same at any length; with groups, 4x slower past
+# 64 kB of line, where it changes engines).
+_RE2_OPTIONS.never_capture = True
+
+
+class _LineFilter:
+    """The lines ``pattern`` matches: by RE2 (linear time, any pattern), or by ``in`` for a
+    pattern without any regex syntax (the same lines, without a regex engine per line)."""
+
+    __slots__ = ("matches", "pattern")
+
+    def __init__(self, pattern: str) -> None:
+        self.pattern = pattern
+        self.matches: Callable[[str], bool]
+        if not _REGEX_META.intersection(pattern):
+            self.matches = lambda line: pattern in line
+            return
+        try:
+            compiled = re2.compile(pattern.encode("utf-8"), _RE2_OPTIONS)
+        except UnicodeEncodeError:
+            raise _BadArguments(
+                f"pattern {pattern!r} holds a lone surrogate; leave it out of the pattern"
+            ) from None
+        except re2.error as exc:
+            reason = exc.args[0] if exc.args else ""
+            if isinstance(reason, bytes):
+                reason = reason.decode("utf-8", "replace")
+            raise _BadArguments(
+                f"pattern {pattern!r} is not a valid regular expression for this tool "
+                f"({reason}); it takes RE2 syntax: Python's without look-around, "
+                "backreferences, atomic groups or possessive quantifiers (write \\z for \\Z)"
+            ) from None
+        search = compiled.search
+        # A stored line may hold a lone surrogate (kept exactly); surrogatepass gives RE2
+        # bytes it can scan, where no pattern of valid UTF-8 matches the surrogate itself.
+        self.matches = lambda line: search(line.encode("utf-8", "surrogatepass")) is not None
+
+
 def _parse(
     arguments: Mapping[str, Any] | str,
-) -> tuple[str, int, int | None, re.Pattern[str] | None]:
+) -> tuple[str, int, int | None, _LineFilter | None]:
     if isinstance(arguments, str):
         try:
             arguments = json.loads(arguments) if arguments.strip() else {}
@@ -179,12 +227,7 @@ def _parse(
         return call_id, offset or 1, limit, None
     if not isinstance(pattern, str):
         raise _BadArguments("pattern must be a string (a regular expression)")
-    try:
-        return call_id, offset or 1, limit, re.compile(pattern)
-    except re.error as exc:
-        raise _BadArguments(
-            f"pattern {pattern!r} is not a valid regular expression: {exc}"
-        ) from None
+    return call_id, offset or 1, limit, _LineFilter(pattern)
 
 
 def execute_recall(
@@ -252,7 +295,7 @@ def _window(
     text: str,
     offset: int,
     limit: int | None,
-    regex: re.Pattern[str] | None,
+    regex: _LineFilter | None,
     other_parts: int,
 ) -> str:
     lines = text.splitlines()
@@ -270,7 +313,7 @@ def _window(
     stopped_early = False
     for number in range(offset, total + 1):
         line = lines[number - 1]
-        if regex is not None and not regex.search(line):
+        if regex is not None and not regex.matches(line):
             continue
         if len(shown) == budget:
             stopped_early = True

@@ -15,6 +15,7 @@ content-block indices continue the first answer's).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import logging
@@ -130,6 +131,12 @@ class Recall:
         """Each call's id and the text of its result."""
         return [(cid, execute_recall(self.store, args, namespace=namespace)) for cid, args in calls]
 
+    async def answer(self, calls: list[tuple[str, Any]], namespace: str) -> list[tuple[str, str]]:
+        """:meth:`run` in a worker thread: a recall reads the store and scans a whole result
+        (linear time, but a result can be megabytes), and other clients' requests must not
+        wait for it on the event loop."""
+        return await asyncio.to_thread(self.run, calls, namespace)
+
     async def respond(
         self,
         http: httpx.AsyncClient,
@@ -162,7 +169,7 @@ class Recall:
                 return Response(upstream.content, upstream.status_code, _headers(upstream, extra))
             rounds += 1
             answer = upstream.json()
-            body = follow_up(provider, body, answer, self.run(calls, namespace))
+            body = follow_up(provider, body, answer, await self.answer(calls, namespace))
             try:
                 upstream = await _send(http, url, headers, _dumps(body))
             except httpx.HTTPError as exc:
@@ -297,7 +304,8 @@ def _stream_response(
                 return
             rounds += 1
             logger.info("proxy: answering recall round %d in a stream", rounds)
-            body = follow_up(provider, body, state.answer(), recall.run(calls, namespace))
+            results = await recall.answer(calls, namespace)
+            body = follow_up(provider, body, state.answer(), results)
             state = state.next_round()
             try:
                 upstream = await _send(http, url, headers, _dumps(body))
