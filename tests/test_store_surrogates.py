@@ -92,8 +92,12 @@ async def test_the_controller_compacts_it_and_recall_returns_the_original_exactl
     assert 'recall_tool_result("c0")' in result.history[3].text
     recalled = execute_recall(store, {"tool_call_id": "c0", "limit": 1})
     assert recalled.splitlines()[1] == f"1: result 0 cut an emoji in two: {LONE}!"
-    found = execute_recall(store, {"tool_call_id": "c1", "pattern": f"emoji.*{LONE}"})
-    assert found.endswith(f"1: result 1 cut an emoji in two: {LONE}!")
+    for pattern in ("emoji.*two", f"two: {LONE}"):  # RE2, and a plain string
+        found = execute_recall(store, {"tool_call_id": "c1", "pattern": pattern})
+        assert found.endswith(f"1: result 1 cut an emoji in two: {LONE}!"), pattern
+    refused = execute_recall(store, {"tool_call_id": "c1", "pattern": f"emoji.*{LONE}"})
+    assert refused.startswith("Error: recall_tool_result: pattern")
+    assert "lone surrogate" in refused
 
 
 async def test_the_agent_runs_on_and_recalls_it(store: OriginalsStore) -> None:
