@@ -59,8 +59,10 @@ def from_responses(items: Sequence[Mapping[str, Any]]) -> list[Message]:
 
     Raises:
         FormatError: The input is not a list of objects, or an item has no ``type`` and no
-            ``role``, an unknown message role, or a call / output without its string
-            ``call_id``, ``name``, ``arguments``. The error names the item index and field.
+            ``role``, an unknown message role, a call / output without its string
+            ``call_id``, ``name``, ``arguments``, content that is not a string or a list of
+            parts, or an ``input_text`` / ``output_text`` part without a string ``text``. The
+            error names the item index and field; no other exception escapes.
 
     Example:
         >>> history = from_responses([
@@ -110,11 +112,12 @@ def from_responses(items: Sequence[Mapping[str, Any]]) -> list[Message]:
     return out
 
 
-def _raw(item: Mapping[str, Any]) -> RawPart | TextPart | ImagePart:
-    """A whole item kept verbatim as a part (its ``type`` was checked to be a string)."""
-    if item["type"] == "text":  # no such item today; new_part would read it as a text part
-        return RawPart.model_validate(copy_json(dict(item)))
-    return new_part(item, "")  # copies the values; "" = no type is an image part
+def _raw(block: Mapping[str, Any]) -> RawPart:
+    """A whole item or content part kept verbatim (its ``type`` was checked to be a string):
+    a :class:`RawPart` whatever the type (``new_part`` would read ``"text"`` as a text part
+    and ``""`` as an image), so it is written back exactly as it came."""
+    extra = {k: copy_json(v) for k, v in block.items() if k != "type"}
+    return construct(RawPart, {"type": block["type"]}, set(block), extra)
 
 
 def _values(role: str, content: Content, **fields: Any) -> dict[str, Any]:
@@ -152,16 +155,22 @@ def _read_parts(value: object, index: int, field: str) -> tuple[Content, dict[st
                 field=f"{field}[{k}]",
             )
         kind = block["type"]
-        if kind in TEXT_TYPES and isinstance(block.get("text"), str):
+        if kind in TEXT_TYPES:
+            if not isinstance(block.get("text"), str):
+                raise FormatError(
+                    f"an {kind} part needs a string 'text', got {type_name(block.get('text'))}",
+                    index=index,
+                    field=f"{field}[{k}].text",
+                )
             types[str(k)] = kind
             parts.append(new_part({**block, "type": "text"}, ""))
         else:
-            parts.append(new_part(block, ""))  # no native image type: images stay verbatim
+            parts.append(_raw(block))  # no native image type: images stay verbatim
     return tuple(parts), types
 
 
 def _read_input_message(item: Mapping[str, Any], index: int, role: object) -> Message:
-    if role not in INPUT_ROLES:
+    if not isinstance(role, str) or role not in INPUT_ROLES:
         what = "is missing" if role is None else f"{role!r} is not one of"
         raise FormatError(
             f"the message role {what} user, system, developer, assistant",
