@@ -19,8 +19,8 @@ from dataclasses import dataclass, replace
 from functools import cache
 from typing import Any
 
-from ctxcompact import from_openai
-from ctxcompact._models import parse_context_error
+from ctxcompact import _models, from_openai
+from ctxcompact._models import context_window, parse_context_error
 from ctxcompact._referenced import distinctive_tokens
 from ctxcompact._store_recall import _LineFilter
 from ctxcompact.proxy._redact import _SAFE_ERRORS
@@ -101,8 +101,6 @@ def old_parse_context_error(message: str) -> int | None:
 
 
 def _context_errors() -> list[re.Pattern[str]]:
-    from ctxcompact import _models
-
     return list(_models._CONTEXT_ERRORS)
 
 
@@ -190,6 +188,13 @@ def content_matchers() -> list[ContentMatcher]:
             "parse_context_error",
             parse_context_error,
             fragments_of("".join(p.pattern for p in _context_errors())),
+        )
+    )
+    out.append(
+        ContentMatcher(
+            "models.context_window",  # the request's model name, as a client sent it
+            context_window,
+            fragments_of(_models._SNAPSHOT.pattern + _models._REGION_PREFIX.pattern),
         )
     )
     out.append(
