@@ -1,7 +1,9 @@
 """CircuitBreakerLLM: an outage is paid by the first failed calls, then refused unsent.
 
 The state machine with a manual clock (closed -> open -> half-open -> closed/open), what
-counts as an outage, one probe at a time.
+counts as an outage, one probe at a time, and what the controller and the strategies make of
+a refusal: the per-conversation circuit stays closed, the event says ``summarizer``, hiding
+and the LLM-free pipeline steps still apply.
 """
 
 from __future__ import annotations
@@ -12,7 +14,14 @@ import logging
 
 import pytest
 
-from ctxcompact import Message
+from ctxcompact import (
+    CompactionContext,
+    CompactionController,
+    ControllerState,
+    Message,
+    ToolCall,
+    check_history,
+)
 from ctxcompact.exceptions import (
     AuthenticationError,
     ContextTooLongError,
@@ -24,6 +33,7 @@ from ctxcompact.exceptions import (
 )
 from ctxcompact.llm import CircuitBreakerLLM, _breaker
 from ctxcompact.llm._breaker import watch_outages
+from ctxcompact.strategies import HidingThenSummary, LLMSummary, Pipeline, ToolResultHiding
 from ctxcompact.testing import ScriptedLLM
 
 
@@ -255,3 +265,98 @@ async def test_it_warns_once_when_it_opens(caplog: pytest.LogCaptureFixture) -> 
     assert len(warnings) == 1
     assert "LLMConnectionError" in warnings[0].getMessage()
     assert "secret-ish" not in caplog.text  # the type only, never the model's message
+
+
+# -- what the controller and the strategies make of it -------------------------------------
+
+
+def session(turns: int = 6, user_chars: int = 6000) -> list[Message]:
+    """A history where hiding old tool results is not enough: a long task text stays."""
+    history = [Message.system("You are a coding agent."), Message.user("fix it " * user_chars)]
+    for i in range(turns):
+        call = ToolCall(id=f"c{i}", name="cat", arguments="{}")
+        history += [Message.assistant(None, tool_calls=[call]), Message.tool(f"c{i}", "x" * 4000)]
+    return history
+
+
+def open_breaker() -> CircuitBreakerLLM:
+    """A breaker whose one scripted call fails."""
+    return CircuitBreakerLLM(ScriptedLLM(LLMConnectionError("down")), cooldown=600)
+
+
+async def opened() -> CircuitBreakerLLM:
+    llm = open_breaker()
+    await outcome(llm)
+    assert llm.state == "open"
+    return llm
+
+
+async def test_refusals_do_not_open_the_conversations_circuit(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The breaker counts the outage; the controller's own circuit, which only a forced run
+    or reset() closes, stays closed, so compaction resumes when the summarizer is back."""
+    llm = await opened()
+    caplog.clear()
+    controller = CompactionController(
+        LLMSummary(llm, max_summary_tokens=200), max_context_size=8000,
+        reserved_context_size=500, max_failures=2,
+    )  # fmt: skip
+    state = ControllerState()
+    for _ in range(4):
+        result = await controller.compact(session(), state=state)
+        assert result.event is not None
+        assert result.event.status == "failed"
+        assert result.event.summarizer == "unavailable"
+        assert result.event.error is not None
+        assert result.event.error.startswith("LLMUnavailableError")
+    assert state.failures == 0
+    # The breaker warned once when it opened; each refused run is logged at INFO.
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+
+
+async def test_hiding_still_applies_and_the_event_says_the_summarizer_was_unavailable(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    llm = await opened()
+    caplog.clear()
+    controller = CompactionController(
+        HidingThenSummary(llm, preserve_recent_n=1), max_context_size=8000,
+        reserved_context_size=500,
+    )  # fmt: skip
+    history = session()
+    with caplog.at_level(logging.INFO, logger="ctxcompact"):
+        result = await controller.compact(history)
+    event = result.event
+    assert event is not None
+    assert (event.status, event.summarizer) == ("compacted", "unavailable")
+    assert "summarizer unavailable" in str(event)
+    hidden = [m for m in result.history if m.role == "tool" and m.text != "x" * 4000]
+    assert len(hidden) == 5  # every tool result but the newest
+    assert check_history(result.history) == []
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+
+
+async def test_a_failing_summarizer_is_reported_as_failed_on_the_run_that_paid() -> None:
+    llm = open_breaker()
+    controller = CompactionController(
+        HidingThenSummary(llm, preserve_recent_n=1), max_context_size=8000,
+        reserved_context_size=500,
+    )  # fmt: skip
+    result = await controller.compact(session())
+    assert result.event is not None
+    assert (result.event.status, result.event.summarizer) == ("compacted", "failed")
+
+
+async def test_a_pipeline_runs_its_llm_free_steps_while_the_summarizer_is_unavailable() -> None:
+    llm = await opened()
+    pipeline = Pipeline(ToolResultHiding(preserve_recent_n=1), LLMSummary(llm))
+    history = session()
+    ctx = CompactionContext(tuple(history), 20_000, 8000, 500)
+    out = await pipeline.compact(ctx)
+    assert out is not None
+    assert len(out) == len(history)  # hidden, not summarized
+    assert sum(1 for m in out if m.role == "tool" and m.text == "x" * 4000) == 1
+    # Alone, the summary step has nothing to fall back on: the refusal is the run's failure.
+    with pytest.raises(LLMUnavailableError):
+        await Pipeline(LLMSummary(llm)).compact(ctx)
