@@ -12,8 +12,9 @@ proxies take turns (baseline, hang, refused, baseline...), so the machine's drif
 three alike; request k of each is compared with the baseline's request k.
 
 The upstream and the proxy each run in their own process (uvicorn, one worker). The
-summarizer's timeout is 2 s and its retries 2 (the figures the issue measured with).
-Bounded: a fixed number of requests, loopback only.
+summarizer's timeout is 2 s and its retries 2 (the figures the issue measured with), the
+breaker's cool-down 600 s (so no probe falls inside a run). Bounded: a fixed number of
+requests, loopback only.
 
     .venv/bin/python benchmarks/bench_summarizer_outage.py [--requests N] [--quick]
 """
@@ -100,6 +101,7 @@ def config(upstream: str, strategy: str, summarizer: str | None) -> str:
             f"timeout = {TIMEOUT_S}\n"
             f"max_retries = {MAX_RETRIES}\n"
             "context_window = 32000\n"
+            "breaker_cooldown = 600\n"
         )
     return text
 

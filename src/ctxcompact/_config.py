@@ -21,6 +21,8 @@ from ._config_errors import config_error, field_error
 from ._config_store import StoreConfig
 from ._config_tables import TransformTable, transform_table
 from ._defaults import (
+    DEFAULT_BREAKER_COOLDOWN,
+    DEFAULT_BREAKER_FAILURES,
     DEFAULT_MAX_FAILURES,
     DEFAULT_MAX_STEPS,
     DEFAULT_MIN_PROGRESS,
@@ -90,6 +92,12 @@ class LLMConfig(_Table):
     context_window: int | None = Field(default=None, ge=256)
     """This model's own window in tokens; bounds a summarizer's request and its answer
     (``None``: the model table's window for ``model``, see :func:`ctxcompact.context_window`)."""
+    breaker_failures: int = Field(default=DEFAULT_BREAKER_FAILURES, ge=0)
+    """Consecutive failed summarizer calls (each after its retries) that open its circuit
+    breaker (:class:`~ctxcompact.llm.CircuitBreakerLLM`); ``0``: no breaker. Only
+    ``[compaction.llm]`` has a breaker."""
+    breaker_cooldown: float = Field(default=DEFAULT_BREAKER_COOLDOWN, gt=0)
+    """Seconds an open breaker refuses summarizer calls at once before one probe goes."""
 
     @model_validator(mode="before")
     @classmethod
