@@ -23,8 +23,9 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from .._events import strategy_name
+from ._callers import caller_namespace
 from ._json import BodyError, encode_body, parse_body
-from ._recall import CALLER, caller_namespace
+from ._recall import CALLER
 from ._redact import display_url, safe_report_header
 from ._rewrite import Body, RewriteReport, dumps
 
@@ -165,7 +166,10 @@ def build_app(
             body = parse_body(raw)
         except BodyError as exc:
             return _error(400, exc.reason)
-        CALLER.set(caller_namespace(request.headers))  # whose store namespace, for the rewriter
+        # Whose store namespace, for the rewriter: a hash of every credential the request
+        # carries (headers and query), or one of its own when it carries none.
+        query = request.scope["query_string"].decode("latin-1")
+        CALLER.set(caller_namespace(request.headers.items(), query))
         out, report = await _rewrite(request, provider, body, raw)
         # Never the headers: they carry the API key.
         logger.info("%s %s %s", request.method, request.url.path, safe_report_header(report))

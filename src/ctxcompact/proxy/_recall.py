@@ -2,10 +2,10 @@
 
 With ``[store]`` and ``recall = true``, every request the proxy changed goes out with the
 ``recall_tool_result`` tool added. When the model's answer calls only that tool, the proxy runs
-it against the caller's own originals (:func:`caller_namespace`: a hash of the caller's API
-key), appends the call and its result to the request and asks the upstream again, at most
-:data:`MAX_RECALL_ROUNDS` times; the client receives the final answer. An answer that mixes
-the recall tool with other tools is passed through unchanged.
+it against the caller's own originals (:func:`~ctxcompact.proxy._callers.caller_namespace`: a
+hash of every credential the request carries), appends the call and its result to the request
+and asks the upstream again, at most :data:`MAX_RECALL_ROUNDS` times; the client receives the
+final answer. An answer that mixes the recall tool with other tools is passed through unchanged.
 
 Streaming answers are relayed as they come until the first tool-call delta names the recall
 tool; from there the answer is held, and when it ends with only recall calls the follow-up's
@@ -30,12 +30,11 @@ from .._store_recall import (
     recall_tool_spec_anthropic,
     recall_tool_spec_openai,
 )
-from .._store_records import credential_namespace
 from ._recall_stream import StreamState, sse_events
 from ._redact import safe_report_header
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Mapping
+    from collections.abc import AsyncIterator
 
     from starlette.applications import Starlette
 
@@ -43,11 +42,9 @@ if TYPE_CHECKING:
     from ._rewrite import RewriteReport
 
 __all__ = [
-    "ANONYMOUS_NAMESPACE",
     "CALLER",
     "MAX_RECALL_ROUNDS",
     "Recall",
-    "caller_namespace",
     "close_on_shutdown",
 ]
 
@@ -56,11 +53,10 @@ logger = logging.getLogger("ctxcompact.proxy")
 MAX_RECALL_ROUNDS = 3
 """Recall rounds per client request at most; past it the answer goes to the client as is."""
 
-ANONYMOUS_NAMESPACE = "anonymous"
-"""The namespace of callers that send no API key (they share it)."""
-
-CALLER: ContextVar[str] = ContextVar("ctxcompact_proxy_caller", default=ANONYMOUS_NAMESPACE)
-"""The namespace of the request being handled (set by the app, read by the rewriter)."""
+CALLER: ContextVar[str] = ContextVar("ctxcompact_proxy_caller")
+"""The namespace of the request being handled: set by the app for every request
+(:func:`~ctxcompact.proxy._callers.caller_namespace`), read by the rewriter. No default: a
+rewriter used outside the app falls back to its controller's own ``store_namespace``."""
 
 Body = dict[str, Any]
 _HOP = frozenset({"content-length", "content-encoding", "transfer-encoding", "connection"})
@@ -82,21 +78,6 @@ def close_on_shutdown(app: Starlette, store: OriginalsStore) -> None:
                     close()
 
     app.router.lifespan_context = lifespan
-
-
-def caller_namespace(headers: Mapping[str, str]) -> str:
-    """The store namespace of a caller: a hash of its ``Authorization: Bearer`` key, else of
-    its ``x-api-key``, else :data:`ANONYMOUS_NAMESPACE`.
-
-    Example:
-        >>> caller_namespace({}) == ANONYMOUS_NAMESPACE
-        True
-    """
-    auth = headers.get("authorization", "")
-    scheme, _, token = auth.partition(" ")
-    key = token.strip() if scheme.lower() == "bearer" else ""
-    key = key or headers.get("x-api-key", "").strip()
-    return credential_namespace(key) if key else ANONYMOUS_NAMESPACE
 
 
 class Recall:
