@@ -26,7 +26,7 @@ from .._events import strategy_name
 from ._callers import caller_namespace
 from ._json import BodyError, encode_body, parse_body
 from ._recall import CALLER
-from ._redact import display_url, safe_report_header
+from ._redact import QuerylessAccessLog, display_url, safe_report_header, shown_path
 from ._rewrite import Body, RewriteReport, dumps
 
 if TYPE_CHECKING:
@@ -268,6 +268,12 @@ def build_app(
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        # Served by uvicorn, its access log would print each query string (where Azure and
+        # Gemini clients may put their key): filtered while this app runs.
+        access = logging.getLogger("uvicorn.access")
+        added = not any(isinstance(f, QuerylessAccessLog) for f in access.filters)
+        if added:
+            access.addFilter(QuerylessAccessLog())
         logger.info(
             "ctxcompact proxy: OpenAI upstream %s, Anthropic upstream %s, strategy %s, "
             "transforms %s",
@@ -281,6 +287,9 @@ def build_app(
         finally:
             if owned:
                 await http.aclose()
+            if added:
+                for f in [f for f in access.filters if isinstance(f, QuerylessAccessLog)]:
+                    access.removeFilter(f)
 
     routes = [
         Route("/v1/chat/completions", chat_completions, methods=["POST"]),
@@ -378,7 +387,7 @@ def _client_gone(request: Request) -> Response:
     logger.info(
         "%s %s: the client disconnected before sending the whole body",
         request.method,
-        request.url.path,
+        shown_path(request.url.path),
     )
     return _error(400, "the client disconnected before sending the whole body")
 
