@@ -17,9 +17,8 @@ from urllib.parse import unquote
 
 import httpx
 from starlette.applications import Starlette
-from starlette.background import BackgroundTask
 from starlette.requests import ClientDisconnect
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from .._events import strategy_name
@@ -27,13 +26,13 @@ from ._callers import caller_namespace
 from ._json import BodyError, encode_body, parse_body
 from ._recall import CALLER
 from ._redact import QuerylessAccessLog, display_url, safe_report_header, shown_path
+from ._relay import Relay
 from ._rewrite import Body, RewriteReport, dumps
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Mapping
 
     from starlette.requests import Request
-    from starlette.types import Send
 
     from ._retry import ContextRetry
 
@@ -264,7 +263,7 @@ def build_app(
         response_headers = {k: v for k, v in upstream.headers.items() if k.lower() not in drop}
         if report is not None:
             response_headers[REPORT_HEADER] = safe_report_header(report)
-        return _Relay(upstream, shown, response_headers, chunks)
+        return Relay(upstream, shown, response_headers, chunks)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -318,51 +317,6 @@ def _names(rewriter: object) -> tuple[str, str]:
         strategy_name(strategy) if strategy is not None else "unknown",
         ", ".join(strategy_name(t) for t in transforms) or "none",
     )
-
-
-class _Relay(StreamingResponse):
-    """The upstream's answer, relayed as raw bytes chunk by chunk as they arrive.
-
-    SSE streams are relayed without buffering and a compressed body keeps its
-    content-encoding header. An upstream that breaks off mid-answer is logged as one line and
-    the client's response is left incomplete (the server closes the connection), so the
-    client sees the answer cut off, as it was, instead of a well-formed but short one.
-    """
-
-    def __init__(
-        self,
-        upstream: httpx.Response,
-        shown_url: str,
-        headers: dict[str, str],
-        chunks: AsyncIterator[bytes] | None = None,
-    ) -> None:
-        self._chunks = upstream.aiter_raw() if chunks is None else chunks
-        super().__init__(
-            self._chunks,
-            status_code=upstream.status_code,
-            headers=headers,
-            background=BackgroundTask(upstream.aclose),
-        )
-        self._shown_url = shown_url
-
-    async def stream_response(self, send: Send) -> None:
-        await send(
-            {"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers}
-        )
-        relayed = 0
-        try:
-            async for chunk in self._chunks:
-                relayed += len(chunk)
-                await send({"type": "http.response.body", "body": chunk, "more_body": True})
-        except httpx.HTTPError as exc:
-            logger.warning(
-                "upstream %s broke off its answer after %d bytes: %s",
-                self._shown_url,
-                relayed,
-                type(exc).__name__,
-            )
-            return
-        await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 
 async def _read_body(request: Request, limit: int) -> bytes:
