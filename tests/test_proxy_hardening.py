@@ -386,7 +386,7 @@ def test_upstream_dying_mid_stream_logs_one_line_and_cuts_the_client_off(
     caplog.set_level(logging.INFO)
     body = {"model": "m", "messages": openai_history(1, 1), "stream": True}
     with (
-        serve_broken_stream(chunks=2) as (url, heads),
+        serve_broken_stream(chunks=2) as (url, requests),
         start_proxy(write_config(tmp_path, url)) as proxy,
         httpx.stream("POST", f"{proxy}{CHAT}", json=body) as r,
     ):
@@ -396,7 +396,7 @@ def test_upstream_dying_mid_stream_logs_one_line_and_cuts_the_client_off(
     assert r.status_code == 200
     received = b"".join(pieces)
     assert received == b'data: {"i": 0}\n\ndata: {"i": 1}\n\n'
-    assert len(heads) == 1
+    assert len(requests) == 1
     broke = [rec for rec in caplog.records if "broke off" in rec.getMessage()]
     assert len(broke) == 1
     assert broke[0].levelno == logging.WARNING

@@ -34,6 +34,7 @@ if TYPE_CHECKING:
 
     from starlette.requests import Request
 
+    from ._recall import Recall
     from ._retry import ContextRetry
 
 __all__ = ["BodyRewriter", "ProxySettings", "build_app", "safe_report_header"]
@@ -176,14 +177,10 @@ def build_app(
             logger.debug(
                 "%s %s error detail: %.500s", request.method, request.url.path, report.error
             )
-        recall = getattr(rewriter, "recall", None)
-        if report.recall_namespace is not None and recall is not None:
-            url = _upstream_url(settings, provider, request.url.path, request.url.query)
-            headers = {k: v for k, v in request.headers.items() if k.lower() not in _DROP_REQUEST}
-            return await recall.respond(  # type: ignore[no-any-return]
-                http, url, headers, provider, out, report, report.recall_namespace
-            )
-        return await _forward(request, provider, request.url.path, out, report)
+        recall: Recall | None = getattr(rewriter, "recall", None)
+        if report.recall_namespace is None:
+            recall = None  # the recall tool did not go out: nothing to answer
+        return await _forward(request, provider, request.url.path, out, report, recall)
 
     async def _rewrite(
         request: Request, provider: str, body: Body, raw: bytes
@@ -231,7 +228,10 @@ def build_app(
         path: str,
         content: bytes,
         report: RewriteReport | None,
+        recall: Recall | None = None,
     ) -> Response:
+        """Send the request upstream and relay the answer: the one way out, the recall path
+        included, so both refuse, time out and break off alike."""
         url = _upstream_url(settings, provider, path, request.url.query)
         shown = display_url(url)
         headers = {k: v for k, v in request.headers.items() if k.lower() not in _DROP_REQUEST}
@@ -239,8 +239,8 @@ def build_app(
             upstream_request = http.build_request(
                 request.method, url, headers=headers, content=content
             )
-        except (httpx.InvalidURL, ValueError):
-            return _error(400, "request path or query cannot be forwarded as a URL", report)
+        except (httpx.InvalidURL, ValueError):  # UnicodeEncodeError: a non-ASCII header value
+            return _error(400, "request path, query or headers cannot be forwarded", report)
         try:
             upstream = await http.send(upstream_request, stream=True)
         except httpx.TimeoutException as exc:
@@ -250,14 +250,16 @@ def build_app(
             logger.warning("upstream %s unreachable: %s", shown, type(exc).__name__)
             logger.debug("upstream %s detail: %.500s", shown, exc)
             return _error(502, f"upstream unreachable: {type(exc).__name__} at {shown}", report)
+
+        async def resend(body: bytes) -> httpx.Response:
+            again = http.build_request(request.method, url, headers=headers, content=body)
+            return await http.send(again, stream=True)
+
+        if recall is not None and report is not None:
+            return await recall.respond(upstream, resend, provider, content, report, shown)
         chunks = None
         if retry is not None and report is not None:
-
-            async def send(body: bytes) -> httpx.Response:
-                again = http.build_request(request.method, url, headers=headers, content=body)
-                return await http.send(again, stream=True)
-
-            answer = await retry.answer(upstream, provider, content, report, send)
+            answer = await retry.answer(upstream, provider, content, report, resend)
             upstream, report, chunks = answer.upstream, answer.report, answer.chunks
         drop = _DROP_RESPONSE if chunks is None else _DROP_RESPONSE | {"content-encoding"}
         response_headers = {k: v for k, v in upstream.headers.items() if k.lower() not in drop}
