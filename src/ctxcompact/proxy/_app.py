@@ -23,7 +23,7 @@ from starlette.routing import Route
 
 from .._events import strategy_name
 from ._callers import caller_namespace
-from ._json import BodyError, encode_body, parse_body
+from ._json import BodyError, check_charset, encode_body, parse_body
 from ._recall import CALLER
 from ._redact import QuerylessAccessLog, display_url, safe_report_header, shown_path
 from ._relay import Relay
@@ -163,6 +163,7 @@ def build_app(
         except _ClientGone:
             return _client_gone(request)
         try:
+            check_charset(request.headers.get("content-type"))
             body = parse_body(raw)
         except BodyError as exc:
             return _error(400, exc.reason)
