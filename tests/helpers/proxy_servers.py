@@ -24,13 +24,15 @@ from starlette.types import ASGIApp
 
 
 @contextmanager
-def serve_in_thread(app: ASGIApp) -> Iterator[str]:
-    """Serve ``app`` on a free loopback port; yields its base URL; stops it on exit."""
+def serve_in_thread(app: ASGIApp, **settings: Any) -> Iterator[str]:
+    """Serve ``app`` on a free loopback port; yields its base URL; stops it on exit.
+
+    ``settings`` go to ``uvicorn.Config`` (e.g. ``timeout_keep_alive``)."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
-    config = uvicorn.Config(app, log_level="warning", lifespan="on")
+    config = uvicorn.Config(app, **{"log_level": "warning", "lifespan": "on", **settings})
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()

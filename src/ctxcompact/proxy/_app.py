@@ -71,6 +71,11 @@ _DROP_RESPONSE = frozenset(
 )
 REPORT_HEADER = "x-ctxcompact"
 
+UPSTREAM_KEEPALIVE_EXPIRY = 4.0
+"""Seconds the proxy keeps an idle upstream connection for reuse: below the 5 s after which
+common servers close one (uvicorn, so vLLM and LiteLLM; llama.cpp's server; Node), so the
+proxy never sends on a connection the upstream is closing (httpx's default is 5 s too)."""
+
 
 @dataclass(frozen=True, slots=True)
 class ProxySettings:
@@ -126,7 +131,12 @@ def build_app(
         retry: Compacts and resends chat requests the upstream refuses as too long.
     """
     owned = client is None
-    http = client or httpx.AsyncClient(timeout=httpx.Timeout(settings.timeout))
+    limits = httpx.Limits(
+        max_connections=100,
+        max_keepalive_connections=20,
+        keepalive_expiry=UPSTREAM_KEEPALIVE_EXPIRY,
+    )  # httpx's defaults but the expiry
+    http = client or httpx.AsyncClient(timeout=httpx.Timeout(settings.timeout), limits=limits)
     strategy, transforms = _names(rewriter)
 
     async def chat_completions(request: Request) -> Response:
