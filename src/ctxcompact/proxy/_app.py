@@ -281,10 +281,10 @@ def build_app(
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         # Served by uvicorn, its access log would print each query string (where Azure and
-        # Gemini clients may put their key): filtered while this app runs.
+        # Gemini clients may put their key). Added once per process, never removed: another
+        # app of this proxy may still be serving.
         access = logging.getLogger("uvicorn.access")
-        added = not any(isinstance(f, QuerylessAccessLog) for f in access.filters)
-        if added:
+        if not any(isinstance(f, QuerylessAccessLog) for f in access.filters):
             access.addFilter(QuerylessAccessLog())
         logger.info(
             "ctxcompact proxy: OpenAI upstream %s, Anthropic upstream %s, strategy %s, "
@@ -299,9 +299,6 @@ def build_app(
         finally:
             if owned:
                 await http.aclose()
-            if added:
-                for f in [f for f in access.filters if isinstance(f, QuerylessAccessLog)]:
-                    access.removeFilter(f)
 
     routes = [
         Route("/v1/chat/completions", chat_completions, methods=["POST"]),

@@ -129,9 +129,11 @@ class Recall:
         the final answer is returned. An upstream that breaks off or stalls mid-answer cuts
         the client off (:class:`~ctxcompact.proxy._relay.Relay`), as on the plain path.
         """
-        body: Body = json.loads(content)
         extra = {"x-ctxcompact": safe_report_header(report)}
-        namespace = report.recall_namespace or ""
+        namespace = report.recall_namespace
+        if namespace is None:  # the tool did not go out: relayed as on the plain path
+            return Relay(upstream, shown_url, _headers(upstream, extra), upstream.aiter_bytes())
+        body: Body = json.loads(content)
         if body.get("stream") is True:
             chunks = _stream(self, upstream, resend, provider, body, namespace)
             return Relay(upstream, shown_url, _headers(upstream, extra), chunks)
