@@ -266,6 +266,11 @@ class ProxyConfig(_Table):
     anthropic_base_url: str = "https://api.anthropic.com"
     timeout: float = Field(default=600.0, gt=0)
     max_body_bytes: int = Field(default=33_554_432, ge=1)
+    keep_alive_timeout: int = Field(default=120, ge=1)
+    """Seconds an idle client connection is kept open. Above the idle expiry of common HTTP
+    client pools (httpx 5 s, Node's undici 4 s, aiohttp 15 s, Go and Rust's reqwest 90 s,
+    .NET 60 s), so the client, not the proxy, closes an idle connection: a client that sends
+    on a connection the server is closing at that moment gets a ``ReadError``."""
 
     @_field_validator("openai_base_url", "anthropic_base_url")
     @classmethod

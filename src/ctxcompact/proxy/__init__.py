@@ -138,6 +138,7 @@ def serve(config: Config, *, host: str | None = None, port: int | None = None) -
         host=host if host is not None else config.proxy.host,
         port=port if port is not None else config.proxy.port,
         log_level="info",
+        timeout_keep_alive=config.proxy.keep_alive_timeout,
     )
 
 

@@ -165,7 +165,7 @@ class Rewriter:
         except ValueError as exc:  # FormatError: let the upstream answer the malformed request
             return None, self._skipped(f"messages not understood: {type(exc).__name__}")
         counter = controller.token_counter
-        store, namespace = controller.store, CALLER.get()
+        store, namespace = controller.store, CALLER.get(controller.store_namespace)
         # per request: the proxy keeps nothing between requests (but what the store keeps)
         state = ControllerState(namespace=namespace if store is not None else None)
         received, reused = history, 0
