@@ -16,6 +16,7 @@ from ctxcompact import (
     TokenCounter,
 )
 from ctxcompact.exceptions import ConfigError, StrategyLoadError
+from ctxcompact.llm import CircuitBreakerLLM
 from ctxcompact.strategies import LLMSummary, ToolResultHiding
 from ctxcompact.testing import ScriptedLLM
 
@@ -161,7 +162,9 @@ api_key_env = "CTXCOMPACT_TEST_KEY"
     assert isinstance(agent.llm, OpenAIChatLLM)
     summary = agent.controller.strategy
     assert isinstance(summary, LLMSummary)
-    assert isinstance(summary.llm, AnthropicLLM)
+    # The summarizer sits in its own circuit breaker; the agent's model does not.
+    assert isinstance(summary.llm, CircuitBreakerLLM)
+    assert isinstance(summary.llm.llm, AnthropicLLM)
     assert agent.controller.llm is summary.llm
 
 
@@ -232,16 +235,20 @@ api_key_env = "CTXCOMPACT_TEST_KEY"
     path = write(tmp_path, "[compaction]\nmax_context_size = 100000\n" + tables)
     async with Agent.from_config(path) as agent:
         assert isinstance(agent.llm, OpenAIChatLLM)
-        summary = agent.controller.llm
+        breaker = agent.controller.llm
+        assert isinstance(breaker, CircuitBreakerLLM)
+        summary = breaker.llm
         assert isinstance(summary, AnthropicLLM)
         assert not agent.llm.client.is_closed()
     assert agent.llm.client.is_closed()
-    assert summary.client.is_closed()
+    assert summary.client.is_closed()  # closed through its breaker
 
     mine = OpenAIChatLLM("m", base_url="http://127.0.0.1:9/v1", api_key="k")
     async with Agent.from_config(path, llm=mine) as agent:
-        summary = agent.controller.llm
+        breaker = agent.controller.llm
     assert not mine.client.is_closed()  # the caller's model stays the caller's to close
+    assert isinstance(breaker, CircuitBreakerLLM)
+    summary = breaker.llm
     assert isinstance(summary, AnthropicLLM)
     assert summary.client.is_closed()
     await mine.aclose()

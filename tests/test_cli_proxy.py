@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import httpx
+import pytest
 
 from tests.helpers.proxy_servers import FakeUpstream, free_port, serve_in_thread
 from tests.test_proxy import openai_history, write_config
@@ -78,3 +80,49 @@ def test_proxy_command_without_a_readable_config_exits_2(tmp_path: Path) -> None
     assert done.returncode == 2
     assert "nope.toml" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def idle_connection_closed(port: int, wait: float) -> bool:
+    """Whether the proxy closes a kept-alive connection within ``wait`` s of its last answer."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        s.sendall(b"GET /v1/models HTTP/1.1\r\nhost: x\r\n\r\n")
+        answer = b""
+        while b'"fake-model"' not in answer:
+            answer += s.recv(65536)
+        s.settimeout(wait)
+        try:
+            while s.recv(65536):  # the rest of the answer (its last chunk), then the close
+                pass
+        except TimeoutError:
+            return False
+        return True
+
+
+@pytest.mark.parametrize(
+    ("setting", "wait", "closed"),
+    [
+        ("keep_alive_timeout = 1\n", 3.0, True),
+        # The default outlives httpx's 5 s pool expiry (uvicorn's own default, 5 s, does not).
+        ("", 6.0, False),
+    ],
+)
+def test_proxy_command_keeps_idle_connections_as_configured(
+    tmp_path: Path, setting: str, wait: float, closed: bool
+) -> None:
+    fake = FakeUpstream()
+    port = free_port()
+    with serve_in_thread(fake.app()) as upstream:
+        # The line right after write_config's [proxy] table belongs to it.
+        config = write_config(tmp_path, upstream, extra=setting)
+        command = [sys.executable, "-m", "ctxcompact", "proxy", "--config", str(config)]
+        proc = subprocess.Popen(
+            [*command, "--port", str(port)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        try:
+            wait_for(f"http://127.0.0.1:{port}/v1/models", proc)
+            assert idle_connection_closed(port, wait) is closed
+        finally:
+            proc.terminate()
+            proc.wait(timeout=30)

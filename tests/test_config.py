@@ -87,6 +87,7 @@ def test_defaults_match_the_agreed_values() -> None:
     )
     p = config.proxy
     assert (p.host, p.port, p.timeout, p.max_body_bytes) == ("127.0.0.1", 8787, 600.0, 33_554_432)
+    assert p.keep_alive_timeout == 120
     assert (p.openai_base_url, p.anthropic_base_url) == (
         "https://api.openai.com/v1",
         "https://api.anthropic.com",

@@ -18,6 +18,7 @@ import pytest
 
 from ctxcompact import CompactionController, Message, ToolCall, check_history, load_config
 from ctxcompact.exceptions import ContextTooLongError
+from ctxcompact.llm import CircuitBreakerLLM
 from ctxcompact.llm.openai import OpenAIChatLLM
 from ctxcompact.strategies import LLMSummary
 from ctxcompact.strategies._summary import SUMMARY_PREFIX
@@ -197,7 +198,8 @@ max_retries = 0
 """
     )
     controller = CompactionController.from_config(load_config(path))
-    assert isinstance(controller.llm, OpenAIChatLLM)
+    assert isinstance(controller.llm, CircuitBreakerLLM)
+    assert isinstance(controller.llm.llm, OpenAIChatLLM)
     before = coding_session()
     try:
         compacted = await controller.compact(before, force=True)

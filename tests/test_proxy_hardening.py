@@ -181,6 +181,79 @@ def test_over_a_limit_or_not_json_is_a_400_and_nothing_is_sent(
     assert fake.received == []
 
 
+CESU8_EMOJI = "\ud83d\ude00".encode("utf-8", "surrogatepass")  # 😀 as two encoded surrogates
+TEXT_BODY = json.dumps(
+    {"model": "m", "messages": [{"role": "user", "content": "héllo 😀"}]}, ensure_ascii=False
+)
+
+
+@pytest.mark.parametrize(
+    ("raw", "reason"),
+    [
+        (TEXT_BODY.encode("utf-16"), "UTF-16 or UTF-32"),  # with a byte-order mark
+        (TEXT_BODY.encode("utf-16-le"), "UTF-16 or UTF-32"),
+        (TEXT_BODY.encode("utf-16-be"), "UTF-16 or UTF-32"),
+        (TEXT_BODY.encode("utf-32"), "UTF-16 or UTF-32"),
+        (TEXT_BODY.encode("utf-32-le"), "UTF-16 or UTF-32"),
+        (TEXT_BODY.encode("utf-8-sig"), "byte-order mark"),
+        (TEXT_BODY.encode("utf-8"), ""),  # the control: the same body in UTF-8
+        # CESU-8: the emoji as two UTF-8-encoded surrogates, and one alone.
+        (TEXT_BODY.encode().replace("😀".encode(), CESU8_EMOJI), "not valid UTF-8"),
+        (TEXT_BODY.encode().replace("😀".encode(), CESU8_EMOJI[:3]), "not valid UTF-8"),
+    ],
+    ids=[
+        "utf16-bom",
+        "utf16le",
+        "utf16be",
+        "utf32-bom",
+        "utf32le",
+        "utf8-bom",
+        "utf8",
+        "cesu8-pair",
+        "cesu8-lone",
+    ],
+)
+def test_a_body_that_is_not_utf8_is_a_400_that_says_so(
+    upstream: tuple[FakeUpstream, str], tmp_path: Path, raw: bytes, reason: str
+) -> None:
+    fake, url = upstream
+    with start_proxy(write_config(tmp_path, url, extra=SCHEMA1)) as proxy:
+        r = post(proxy, raw)
+    if not reason:  # the control: the same body in UTF-8 goes through
+        assert r.status_code == 200
+        return
+    assert r.status_code == 400
+    message = r.json()["error"]["message"]
+    assert message.startswith("request body is not UTF-8")
+    assert reason in message
+    assert fake.received == []
+
+
+@pytest.mark.parametrize("charset", ["utf-16", "iso-8859-1", "UTF-32LE"])
+def test_a_declared_charset_other_than_utf8_is_a_400(
+    upstream: tuple[FakeUpstream, str], tmp_path: Path, charset: str
+) -> None:
+    fake, url = upstream
+    raw = json.dumps({"model": "m", "messages": openai_history(turns=3, output_chars=30)}).encode()
+    with start_proxy(write_config(tmp_path, url, extra=SCHEMA1)) as proxy:
+        r = httpx.post(
+            f"{proxy}{CHAT}",
+            content=raw,
+            headers={"content-type": f"application/json; charset={charset}"},
+        )
+        ok = httpx.post(
+            f"{proxy}{CHAT}",
+            content=raw,
+            headers={"content-type": "application/json; charset=UTF-8"},
+        )
+    assert r.status_code == 400
+    assert r.json()["error"]["message"] == (
+        f"request body is declared as {charset.lower()}; only UTF-8 is accepted"
+    )
+    assert ok.status_code == 200
+    assert len(fake.received) == 1
+
+
 def test_integer_of_4300_digits_survives_a_rewrite(
     upstream: tuple[FakeUpstream, str], tmp_path: Path
 ) -> None:
@@ -386,7 +459,7 @@ def test_upstream_dying_mid_stream_logs_one_line_and_cuts_the_client_off(
     caplog.set_level(logging.INFO)
     body = {"model": "m", "messages": openai_history(1, 1), "stream": True}
     with (
-        serve_broken_stream(chunks=2) as (url, heads),
+        serve_broken_stream(chunks=2) as (url, requests),
         start_proxy(write_config(tmp_path, url)) as proxy,
         httpx.stream("POST", f"{proxy}{CHAT}", json=body) as r,
     ):
@@ -396,7 +469,7 @@ def test_upstream_dying_mid_stream_logs_one_line_and_cuts_the_client_off(
     assert r.status_code == 200
     received = b"".join(pieces)
     assert received == b'data: {"i": 0}\n\ndata: {"i": 1}\n\n'
-    assert len(heads) == 1
+    assert len(requests) == 1
     broke = [rec for rec in caplog.records if "broke off" in rec.getMessage()]
     assert len(broke) == 1
     assert broke[0].levelno == logging.WARNING

@@ -17,8 +17,8 @@ import openai
 import pytest
 
 from ctxcompact import check_history, from_anthropic, from_openai
-from ctxcompact.proxy._recall import ANONYMOUS_NAMESPACE, MAX_RECALL_ROUNDS, caller_namespace
-from ctxcompact.store import credential_namespace
+from ctxcompact.proxy._callers import caller_namespace
+from ctxcompact.proxy._recall import MAX_RECALL_ROUNDS
 from tests.helpers.proxy_servers import FakeUpstream, serve_in_thread
 from tests.test_proxy import (
     SECRET,
@@ -235,12 +235,12 @@ def test_recall_tool_is_not_offered_when_nothing_was_removed(
     assert len(fake.received) == 1
 
 
-def test_caller_namespace_hashes_the_key_and_has_an_anonymous_default() -> None:
-    bearer = caller_namespace({"authorization": f"Bearer {SECRET}"})
-    assert bearer == credential_namespace(SECRET) == caller_namespace({"x-api-key": SECRET})
+def test_caller_namespace_hashes_the_key_and_gives_keyless_requests_their_own() -> None:
+    bearer = caller_namespace([("authorization", f"Bearer {SECRET}")])
+    assert bearer == caller_namespace([("Authorization", f"Bearer {SECRET}")])
     assert SECRET not in bearer
-    assert caller_namespace({}) == ANONYMOUS_NAMESPACE
-    assert caller_namespace({"x-api-key": OTHER}) != bearer
+    assert caller_namespace([("x-api-key", OTHER)]) != bearer
+    assert caller_namespace([]) != caller_namespace([])
 
 
 def test_recall_after_a_reused_compaction_returns_the_original(

@@ -338,10 +338,25 @@ def test_drops_and_cuts_are_logged_at_warning(caplog: pytest.LogCaptureFixture) 
     with caplog.at_level(logging.WARNING, logger="ctxcompact.strategies.guard"):
         guard(h, context_window=60_000, reserve_tokens=0)
     text = caplog.text
-    assert 'Context guard: truncated tool result for "ls" (80000 → ' in text
+    assert "Context guard: truncated the tool result at message 3 (80000 → " in text
     assert "Context guard: dropped " in text
     assert "old messages (estimated " in text
     assert all(r.levelno == logging.WARNING for r in caplog.records)
+
+
+def test_the_clients_tool_name_is_logged_only_at_debug_and_escaped(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    forged = "ls\n2026-01-01 WARNING ctxcompact forged line"
+    h = [user("q"), assistant(None, call("a", name=forged)), tool("a", "L" * 120_000)]
+    with caplog.at_level(logging.DEBUG, logger="ctxcompact.strategies.guard"):
+        guard([*h, user("next")], context_window=20_000, reserve_tokens=0)
+    warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert "Context guard: truncated the tool result at message 2 (120000 → " in warnings[0]
+    assert not [line for line in warnings if "forged" in line]
+    debug = [r.getMessage() for r in caplog.records if r.levelno == logging.DEBUG]
+    assert [line for line in debug if "'ls\\n2026-01-01 WARNING" in line]
+    assert all("\n" not in line for line in debug)
 
 
 def test_orphans_and_separated_results_never_lose_their_call() -> None:

@@ -365,3 +365,54 @@ def test_the_summarizers_window_comes_from_models_when_not_written() -> None:
     )
     wiring = wire(config)
     assert getattr(wiring.llm, "context_window", None) == 2_048
+
+
+def _summarizer_config(**llm: Any) -> Config:
+    table = {
+        "provider": "openai",
+        "model": "m",
+        "base_url": "http://127.0.0.1:9/v1",
+        "api_key_env": "NO_SUCH_VAR",
+        **llm,
+    }
+    return Config.from_dict(
+        {
+            "compaction": {
+                "strategy": "hiding-then-summary",
+                "max_context_size": 100_000,
+                "reserved_context_size": 1_000,
+                "llm": table,
+            }
+        }
+    )
+
+
+def test_the_summarizer_from_the_config_sits_in_one_shared_circuit_breaker() -> None:
+    from ctxcompact.llm import CircuitBreakerLLM
+    from ctxcompact.llm.openai import OpenAIChatLLM
+
+    wiring = wire(_summarizer_config(breaker_failures=3, breaker_cooldown=12.5))
+    breaker = wiring.llm
+    assert isinstance(breaker, CircuitBreakerLLM)
+    assert isinstance(breaker.llm, OpenAIChatLLM)
+    assert (breaker.failure_threshold, breaker.cooldown) == (3, 12.5)
+    # The strategy and every controller built from the wiring call through the same breaker.
+    assert wiring.strategy.summary.llm is breaker  # type: ignore[attr-defined]
+    assert CompactionController.from_wiring(wiring).llm is breaker
+    assert wiring.owned == (breaker,)
+    defaults = wire(_summarizer_config()).llm
+    assert isinstance(defaults, CircuitBreakerLLM)
+    assert (defaults.failure_threshold, defaults.cooldown) == (1, 30.0)
+
+
+def test_breaker_failures_0_builds_no_breaker() -> None:
+    from ctxcompact.llm.openai import OpenAIChatLLM
+
+    assert isinstance(wire(_summarizer_config(breaker_failures=0)).llm, OpenAIChatLLM)
+
+
+@pytest.mark.parametrize(("key", "value"), [("breaker_failures", -1), ("breaker_cooldown", 0)])
+def test_bad_breaker_settings_name_their_key(key: str, value: float) -> None:
+    with pytest.raises(ConfigError) as info:
+        _summarizer_config(**{key: value})
+    assert info.value.key == f"compaction.llm.{key}"

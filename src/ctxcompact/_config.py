@@ -21,6 +21,8 @@ from ._config_errors import config_error, field_error
 from ._config_store import StoreConfig
 from ._config_tables import TransformTable, transform_table
 from ._defaults import (
+    DEFAULT_BREAKER_COOLDOWN,
+    DEFAULT_BREAKER_FAILURES,
     DEFAULT_MAX_FAILURES,
     DEFAULT_MAX_STEPS,
     DEFAULT_MIN_PROGRESS,
@@ -90,6 +92,12 @@ class LLMConfig(_Table):
     context_window: int | None = Field(default=None, ge=256)
     """This model's own window in tokens; bounds a summarizer's request and its answer
     (``None``: the model table's window for ``model``, see :func:`ctxcompact.context_window`)."""
+    breaker_failures: int = Field(default=DEFAULT_BREAKER_FAILURES, ge=0)
+    """Consecutive failed summarizer calls (each after its retries) that open its circuit
+    breaker (:class:`~ctxcompact.llm.CircuitBreakerLLM`); ``0``: no breaker. Only
+    ``[compaction.llm]`` has a breaker."""
+    breaker_cooldown: float = Field(default=DEFAULT_BREAKER_COOLDOWN, gt=0)
+    """Seconds an open breaker refuses summarizer calls at once before one probe goes."""
 
     @model_validator(mode="before")
     @classmethod
@@ -258,6 +266,11 @@ class ProxyConfig(_Table):
     anthropic_base_url: str = "https://api.anthropic.com"
     timeout: float = Field(default=600.0, gt=0)
     max_body_bytes: int = Field(default=33_554_432, ge=1)
+    keep_alive_timeout: int = Field(default=120, ge=1)
+    """Seconds an idle client connection is kept open. Above the idle expiry of common HTTP
+    client pools (httpx 5 s, Node's undici 4 s, aiohttp 15 s, Go and Rust's reqwest 90 s,
+    .NET 60 s), so the client, not the proxy, closes an idle connection: a client that sends
+    on a connection the server is closing at that moment gets a ``ReadError``."""
 
     @_field_validator("openai_base_url", "anthropic_base_url")
     @classmethod

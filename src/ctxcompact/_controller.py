@@ -38,7 +38,8 @@ from ._running_count import RunningCount
 from ._store_records import DEFAULT_NAMESPACE
 from ._tokens import HeuristicTokenCounter, TokenCounter
 from ._wiring import Wiring, wire
-from .exceptions import ConfigError, CtxCompactError, UserError
+from .exceptions import ConfigError, CtxCompactError, LLMUnavailableError, UserError
+from .llm._breaker import LLMOutages, watch_outages
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -391,10 +392,14 @@ class CompactionController:
         name = strategy_name(self.strategy)
         estimate = st.count.estimate(history, self.token_counter)
 
+        outages = LLMOutages()
+
         def unchanged(
             status: EventStatus, error: str | None, duration: float = 0.0
         ) -> CompactionResult:
-            event = CompactionEvent(name, trigger, status, tokens, tokens, n, n, duration, error)
+            event = CompactionEvent(
+                name, trigger, status, tokens, tokens, n, n, duration, error, 0, outages.status
+            )
             self._emit(event, st)
             return CompactionResult(history, event)
 
@@ -422,9 +427,13 @@ class CompactionController:
         )
         start = time.perf_counter()
         try:
-            output = await self.strategy.compact(ctx)
+            with watch_outages() as outages:
+                output = await self.strategy.compact(ctx)
         except Exception as exc:
-            st.failures += 1
+            # A refusal by the summarizer's open breaker is the breaker's to count: counted
+            # here too, it would open this conversation's circuit, which no recovery closes.
+            if not isinstance(exc, LLMUnavailableError):
+                st.failures += 1
             logger.debug("strategy %s raised", name, exc_info=True)
             note = self._circuit_note(st)
             return unchanged("failed", describe_error(exc) + note, time.perf_counter() - start)
@@ -471,7 +480,17 @@ class CompactionController:
         # (the estimate scaled by the provider's ratio), so before - after is the saving.
         reported = round(after * tokens / estimate) if estimate and tokens != estimate else after
         event = CompactionEvent(
-            name, trigger, "compacted", tokens, reported, n, len(result), duration, None, rewritten
+            name,
+            trigger,
+            "compacted",
+            tokens,
+            reported,
+            n,
+            len(result),
+            duration,
+            None,
+            rewritten,
+            outages.status,
         )
         self._emit(event, st)
         return CompactionResult(result, event, store_error)
@@ -504,7 +523,9 @@ class CompactionController:
     def _emit(self, event: CompactionEvent, state: ControllerState) -> None:
         previous, state.last_status = state.last_status, event.status
         level = logging.INFO
-        if event.status in ("failed", "rejected"):
+        if event.status == "failed" and event.summarizer == "unavailable":
+            level = logging.INFO  # the breaker warned once when it opened
+        elif event.status in ("failed", "rejected"):
             level = logging.WARNING
         elif event.status == "skipped":
             level = logging.DEBUG

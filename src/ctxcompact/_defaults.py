@@ -6,6 +6,8 @@ The controller, the agent, the config tables and the CLI read these; none restat
 from __future__ import annotations
 
 __all__ = [
+    "DEFAULT_BREAKER_COOLDOWN",
+    "DEFAULT_BREAKER_FAILURES",
     "DEFAULT_MAX_CONTEXT_SIZE",
     "DEFAULT_MAX_FAILURES",
     "DEFAULT_MAX_STEPS",
@@ -30,6 +32,18 @@ DEFAULT_MIN_PROGRESS = 0.1
 
 DEFAULT_MAX_FAILURES = 3
 """Consecutive failed runs that open the controller's circuit."""
+
+# One failed call already means 1 + max_retries attempts, each waiting up to the timeout
+# (3 minutes with [compaction.llm]'s defaults): paying that again on the next request buys
+# nothing, since the cheaper tiers (hiding, the LLM-free pipeline steps) still run meanwhile.
+DEFAULT_BREAKER_FAILURES = 1
+"""Consecutive failed summarizer calls (each after the SDK's own retries) that open its
+circuit breaker (:class:`ctxcompact.llm.CircuitBreakerLLM`)."""
+
+# Short enough that a restarted local model server is used again within half a minute; long
+# enough that during an outage at most one call per cool-down (the probe) waits.
+DEFAULT_BREAKER_COOLDOWN = 30.0
+"""Seconds an open summarizer breaker refuses calls before it lets one probe through."""
 
 DEFAULT_MAX_STEPS = 50
 """Model calls one :meth:`ctxcompact.Agent.run` may make."""

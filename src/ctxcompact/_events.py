@@ -5,10 +5,13 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from ._messages import Message
 from ._validate import check_history
+
+if TYPE_CHECKING:
+    from .llm._breaker import OutageStatus
 
 __all__ = [
     "CompactionEvent",
@@ -49,6 +52,10 @@ class CompactionEvent:
         error: Why it was rejected, failed, skipped or not run.
         messages_rewritten: Input messages not kept as they were (dropped, summarized,
             masked or truncated); non-zero is logged as a warning.
+        summarizer: What the run's model calls met, when a circuit breaker saw it
+            (:class:`~ctxcompact.llm.CircuitBreakerLLM`): ``unavailable`` (a call was refused
+            unsent: the breaker is open, and the run went without the summary, e.g. hiding
+            alone) or ``failed`` (a call failed as in an outage); ``None`` otherwise.
 
     Example:
         >>> e = CompactionEvent("Hiding", "threshold", "compacted", 900, 300, 40, 40, 0.01)
@@ -66,6 +73,7 @@ class CompactionEvent:
     duration_s: float
     error: str | None = None
     messages_rewritten: int = 0
+    summarizer: OutageStatus | None = None
 
     def __str__(self) -> str:
         text = (
@@ -75,6 +83,8 @@ class CompactionEvent:
         )
         if self.messages_rewritten:
             text += f"; {self.messages_rewritten} messages dropped or rewritten"
+        if self.summarizer is not None:
+            text += f"; summarizer {self.summarizer}"
         return f"{text}; {self.error}" if self.error else text
 
 

@@ -20,7 +20,7 @@ from ._store_recall import DEFAULT_RECALL_TEMPLATE
 from ._store_sqlite import SQLiteStore
 from ._tokens import TokenCounter, counter_from_config
 from .exceptions import ConfigError, LLMRequiredError, StoreError
-from .llm import build_llm
+from .llm import CircuitBreakerLLM, build_llm
 from .llm._base import SDKAdapter
 from .strategies._guard import ContextGuard
 from .strategies._schema1 import Schema1Masking
@@ -35,6 +35,7 @@ if TYPE_CHECKING:
 __all__ = [
     "Wiring",
     "build_llm_with_window",
+    "build_summarizer",
     "build_transforms",
     "offered_dependencies",
     "open_store",
@@ -50,7 +51,8 @@ class Wiring:
     Attributes:
         config: The configuration the parts were built from (overrides applied).
         counter: The token counter (``[token_counting]``, or the one passed in).
-        llm: The summarizer offered to the strategy (``None`` when there is none).
+        llm: The summarizer offered to the strategy (``None`` when there is none); one built
+            from ``[compaction.llm]`` is inside its circuit breaker (:func:`build_summarizer`).
         agent_llm: The model an agent talks to (only with ``agent=True``).
         strategy: ``[compaction] strategy`` loaded with its params and dependencies.
         transforms: The enabled per-request transforms, in the order they apply.
@@ -181,10 +183,10 @@ def wire(
             owned.append(agent_llm)
         summarizer = agent_llm
         if comp.llm is not None and config.agent.llm is not None:
-            summarizer = build_llm_with_window(comp.llm, config.models)
+            summarizer = build_summarizer(comp.llm, config.models)
             owned.append(summarizer)
     elif summarizer is None and comp.llm is not None:
-        summarizer = build_llm_with_window(comp.llm, config.models)
+        summarizer = build_summarizer(comp.llm, config.models)
         owned.append(summarizer)
 
     if strategy is None:
@@ -231,6 +233,21 @@ def build_llm_with_window(llm_config: LLMConfig, models: Mapping[str, int] | Non
             llm_config.model, overrides=models
         )
     return llm
+
+
+def build_summarizer(llm_config: LLMConfig, models: Mapping[str, int] | None = None) -> LLM:
+    """The summarizer ``[compaction.llm]`` describes: :func:`build_llm_with_window`'s model
+    inside a :class:`~ctxcompact.llm.CircuitBreakerLLM` (``breaker_failures``,
+    ``breaker_cooldown``; none when ``breaker_failures = 0``).
+
+    One breaker per summarizer built: every controller, conversation and proxy request that
+    the wiring serves shares it, so an outage is paid by the first calls only."""
+    llm = build_llm_with_window(llm_config, models)
+    if llm_config.breaker_failures == 0:
+        return llm
+    return CircuitBreakerLLM(
+        llm, failure_threshold=llm_config.breaker_failures, cooldown=llm_config.breaker_cooldown
+    )
 
 
 def require_llm(strategy: object, spec: str, where: str | None = None) -> None:

@@ -27,6 +27,7 @@ CtxCompactError
     ├── LLMTimeoutError          the request timed out                  retryable
     ├── ServerError              5xx                                    retryable
     ├── LLMConnectionError       the server could not be reached        retryable
+    ├── LLMUnavailableError      refused unsent: the endpoint's circuit breaker is open
     └── BadResponseError         an empty or malformed completion
 ```
 """
@@ -52,6 +53,7 @@ __all__ = [
     "LLMError",
     "LLMRequiredError",
     "LLMTimeoutError",
+    "LLMUnavailableError",
     "MaxStepsExceeded",
     "MissingDependencyError",
     "ModelNotFoundError",
@@ -318,6 +320,25 @@ class LLMConnectionError(LLMError):
     """The provider could not be reached."""
 
     retryable = True
+
+
+class LLMUnavailableError(LLMError):
+    """The call was refused without being sent: the endpoint's circuit breaker is open.
+
+    :class:`~ctxcompact.llm.CircuitBreakerLLM` raises it at once, instead of waiting for the
+    timeout and the retries again, while an endpoint that just failed cools down. Not
+    retryable now; ``retry_in_s`` says when the breaker lets one probe call through.
+
+    Attributes:
+        retry_in_s: Seconds until the breaker lets a probe call through (0 while a probe is
+            already in flight).
+        failures: The consecutive failed calls that opened the breaker.
+    """
+
+    def __init__(self, message: str, *, retry_in_s: float, failures: int) -> None:
+        super().__init__(message)
+        self.retry_in_s = retry_in_s
+        self.failures = failures
 
 
 class BadResponseError(LLMError):

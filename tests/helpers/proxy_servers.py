@@ -24,13 +24,15 @@ from starlette.types import ASGIApp
 
 
 @contextmanager
-def serve_in_thread(app: ASGIApp) -> Iterator[str]:
-    """Serve ``app`` on a free loopback port; yields its base URL; stops it on exit."""
+def serve_in_thread(app: ASGIApp, **settings: Any) -> Iterator[str]:
+    """Serve ``app`` on a free loopback port; yields its base URL; stops it on exit.
+
+    ``settings`` go to ``uvicorn.Config`` (e.g. ``timeout_keep_alive``)."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
-    config = uvicorn.Config(app, log_level="warning", lifespan="on")
+    config = uvicorn.Config(app, **{"log_level": "warning", "lifespan": "on", **settings})
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
@@ -83,6 +85,7 @@ class FakeUpstream:
             answer calls it with the next of these ids (taken off the list).
         also_call: With ``recall_ids``, the answer also calls this other tool (mixed).
         follow_up_status: When set, a request carrying a recall result gets this status.
+        script: When set, every chat and messages answer is these bytes, as an SSE stream.
     """
 
     received: list[Received] = field(default_factory=list)
@@ -94,6 +97,18 @@ class FakeUpstream:
     recall_ids: list[str] = field(default_factory=list)
     also_call: str | None = None
     follow_up_status: int | None = None
+    script: list[bytes] | None = None
+
+    def _scripted(self) -> Response | None:
+        if self.script is None:
+            return None
+        chunks = list(self.script)
+
+        async def stream() -> AsyncIterator[bytes]:
+            for chunk in chunks:
+                yield chunk
+
+        return StreamingResponse(stream(), media_type="text/event-stream")
 
     def _recall_call(self, body: dict[str, Any]) -> list[tuple[str, str, str]] | None:
         """``(id, name, arguments JSON)`` of the calls to answer with, or None."""
@@ -147,7 +162,7 @@ class FakeUpstream:
 
         async def chat(request: Request) -> Response:
             item = await record(request)
-            refused = self.refusal(item)
+            refused = self.refusal(item) or self._scripted()
             if refused is not None:
                 return refused
             if self.status != 200:
@@ -173,7 +188,7 @@ class FakeUpstream:
 
         async def messages(request: Request) -> Response:
             item = await record(request)
-            refused = self.refusal(item)
+            refused = self.refusal(item) or self._scripted()
             if refused is not None:
                 return refused
             body = item.json()
@@ -356,21 +371,35 @@ def _anthropic_message(n_messages: int) -> dict[str, Any]:
     }
 
 
-@contextmanager
-def serve_broken_stream(chunks: int = 2) -> Iterator[tuple[str, list[bytes]]]:
-    """An upstream that starts an SSE answer, sends ``chunks`` events, then drops the socket.
+@dataclass
+class RawRequest:
+    head: bytes
+    body: bytes
 
-    Plain sockets, not uvicorn: the connection is closed in the middle of a chunked body, as
-    when a provider's server dies mid-answer. Yields the base URL and the request heads it
-    received (one per connection).
+
+@contextmanager
+def serve_broken_stream(
+    chunks: int = 2, *, then: str = "close", events: list[bytes] | None = None
+) -> Iterator[tuple[str, list[RawRequest]]]:
+    """An upstream that starts an SSE answer, sends ``chunks`` events, then fails.
+
+    Plain sockets, not uvicorn: the fault is on the wire, as when a provider's server dies or
+    hangs mid-answer. ``then`` is ``close`` (the connection drops in the middle of a chunked
+    body), ``stall`` (it stays open and silent until the server stops) or ``silent`` (no
+    answer at all, not even a status line). ``events`` replaces the default events
+    (``data: {"i": N}``). Yields the base URL and every request received (head and body).
     """
+    if then not in ("close", "stall", "silent"):
+        raise ValueError(f"unknown fault {then!r}")
     server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     server.bind(("127.0.0.1", 0))
     server.listen()
     server.settimeout(0.2)
-    heads: list[bytes] = []
+    received: list[RawRequest] = []
     stop = threading.Event()
+    default = [f'data: {{"i": {i}}}\n\n'.encode() for i in range(chunks)]
+    sent = events if events is not None else default
 
     def answer(conn: socket.socket) -> None:
         with conn:
@@ -382,7 +411,6 @@ def serve_broken_stream(chunks: int = 2) -> Iterator[tuple[str, list[bytes]]]:
                     return
                 data += part
             head, _, rest = data.partition(b"\r\n\r\n")
-            heads.append(head)
             length = 0
             for line in head.split(b"\r\n")[1:]:
                 name, _, value = line.partition(b":")
@@ -393,14 +421,19 @@ def serve_broken_stream(chunks: int = 2) -> Iterator[tuple[str, list[bytes]]]:
                 if not part:
                     return
                 rest += part
+            received.append(RawRequest(head, rest))
+            if then == "silent":
+                stop.wait(30)
+                return
             conn.sendall(
                 b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
                 b"transfer-encoding: chunked\r\n\r\n"
             )
-            for i in range(chunks):
-                event = f'data: {{"i": {i}}}\n\n'.encode()
+            for event in sent:
                 conn.sendall(f"{len(event):x}\r\n".encode() + event + b"\r\n")
                 time.sleep(0.05)
+            if then == "stall":
+                stop.wait(30)
             # No terminating zero-length chunk: the answer is cut off.
 
     def accept() -> None:
@@ -411,12 +444,12 @@ def serve_broken_stream(chunks: int = 2) -> Iterator[tuple[str, list[bytes]]]:
                 continue
             except OSError:
                 return
-            answer(conn)
+            threading.Thread(target=answer, args=(conn,), daemon=True).start()
 
     thread = threading.Thread(target=accept, daemon=True)
     thread.start()
     try:
-        yield f"http://127.0.0.1:{server.getsockname()[1]}", heads
+        yield f"http://127.0.0.1:{server.getsockname()[1]}", received
     finally:
         stop.set()
         thread.join(timeout=10)

@@ -4,6 +4,8 @@
   server through ``base_url`` (vLLM, llama.cpp, Ollama). Needs ``ctxcompact[openai]``.
 * :class:`ctxcompact.llm.anthropic.AnthropicLLM`: Anthropic Messages. Needs
   ``ctxcompact[anthropic]``.
+* :class:`CircuitBreakerLLM`: wraps any model so that an outage is paid once: after failed
+  calls it refuses calls at once for a cool-down, then lets one probe through.
 
 Importing :mod:`ctxcompact.llm` imports neither SDK; each adapter module imports its own and
 raises :class:`~ctxcompact.exceptions.MissingDependencyError` with the ``pip install`` line
@@ -16,6 +18,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from ..exceptions import AuthenticationError, ConfigError
+from ._breaker import BreakerStats, CircuitBreakerLLM
 from ._retry import RetryCallback, RetryEvent
 
 if TYPE_CHECKING:
@@ -26,7 +29,15 @@ if TYPE_CHECKING:
     from .anthropic import AnthropicLLM
     from .openai import OpenAIChatLLM
 
-__all__ = ["LOCAL_PLACEHOLDER_KEY", "AnthropicLLM", "OpenAIChatLLM", "RetryEvent", "build_llm"]
+__all__ = [
+    "LOCAL_PLACEHOLDER_KEY",
+    "AnthropicLLM",
+    "BreakerStats",
+    "CircuitBreakerLLM",
+    "OpenAIChatLLM",
+    "RetryEvent",
+    "build_llm",
+]
 
 LOCAL_PLACEHOLDER_KEY = "ctxcompact-no-key"
 """Sent as the key to a ``base_url`` server when the key variable is unset (local servers

@@ -8,6 +8,7 @@ Needs the ``proxy`` extra (starlette, uvicorn, httpx).
 
 from __future__ import annotations
 
+import contextlib
 from typing import TYPE_CHECKING
 
 from .._controller import CompactionController
@@ -15,6 +16,8 @@ from .._wiring import wire
 from ..exceptions import MissingDependencyError
 
 if TYPE_CHECKING:
+    from collections.abc import AsyncIterator, Sequence
+
     import httpx
     from starlette.applications import Starlette
 
@@ -100,7 +103,27 @@ def create_app(
     app = build_app(rewriter, settings, client=client, retry=retry)
     if wiring.owned_store and wiring.store is not None:
         close_on_shutdown(app, wiring.store)
+    if wiring.owned:
+        _close_models_on_shutdown(app, wiring.owned)
     return app
+
+
+def _close_models_on_shutdown(app: Starlette, models: Sequence[LLM]) -> None:
+    """Close the models the proxy built (the summarizer's HTTP client) when ``app`` stops."""
+    inner = app.router.lifespan_context
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        async with inner(app):
+            try:
+                yield
+            finally:
+                for model in models:
+                    close = getattr(model, "aclose", None)
+                    if close is not None:
+                        await close()
+
+    app.router.lifespan_context = lifespan
 
 
 def serve(config: Config, *, host: str | None = None, port: int | None = None) -> None:
@@ -115,6 +138,7 @@ def serve(config: Config, *, host: str | None = None, port: int | None = None) -
         host=host if host is not None else config.proxy.host,
         port=port if port is not None else config.proxy.port,
         log_level="info",
+        timeout_keep_alive=config.proxy.keep_alive_timeout,
     )
 
 

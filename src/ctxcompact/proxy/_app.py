@@ -17,23 +17,24 @@ from urllib.parse import unquote
 
 import httpx
 from starlette.applications import Starlette
-from starlette.background import BackgroundTask
 from starlette.requests import ClientDisconnect
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from .._events import strategy_name
-from ._json import BodyError, encode_body, parse_body
-from ._recall import CALLER, caller_namespace
-from ._redact import display_url, safe_report_header
+from ._callers import caller_namespace
+from ._json import BodyError, check_charset, encode_body, parse_body
+from ._recall import CALLER
+from ._redact import QuerylessAccessLog, display_url, safe_report_header, shown_path
+from ._relay import Relay
 from ._rewrite import Body, RewriteReport, dumps
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Mapping
 
     from starlette.requests import Request
-    from starlette.types import Send
 
+    from ._recall import Recall
     from ._retry import ContextRetry
 
 __all__ = ["BodyRewriter", "ProxySettings", "build_app", "safe_report_header"]
@@ -69,6 +70,11 @@ _DROP_RESPONSE = frozenset(
     }
 )
 REPORT_HEADER = "x-ctxcompact"
+
+UPSTREAM_KEEPALIVE_EXPIRY = 4.0
+"""Seconds the proxy keeps an idle upstream connection for reuse: below the 5 s after which
+common servers close one (uvicorn, so vLLM and LiteLLM; llama.cpp's server; Node), so the
+proxy never sends on a connection the upstream is closing (httpx's default is 5 s too)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,7 +131,12 @@ def build_app(
         retry: Compacts and resends chat requests the upstream refuses as too long.
     """
     owned = client is None
-    http = client or httpx.AsyncClient(timeout=httpx.Timeout(settings.timeout))
+    limits = httpx.Limits(
+        max_connections=100,
+        max_keepalive_connections=20,
+        keepalive_expiry=UPSTREAM_KEEPALIVE_EXPIRY,
+    )  # httpx's defaults but the expiry
+    http = client or httpx.AsyncClient(timeout=httpx.Timeout(settings.timeout), limits=limits)
     strategy, transforms = _names(rewriter)
 
     async def chat_completions(request: Request) -> Response:
@@ -162,10 +173,14 @@ def build_app(
         except _ClientGone:
             return _client_gone(request)
         try:
+            check_charset(request.headers.get("content-type"))
             body = parse_body(raw)
         except BodyError as exc:
             return _error(400, exc.reason)
-        CALLER.set(caller_namespace(request.headers))  # whose store namespace, for the rewriter
+        # Whose store namespace, for the rewriter: a hash of every credential the request
+        # carries (headers and query), or one of its own when it carries none.
+        query = request.scope["query_string"].decode("latin-1")
+        CALLER.set(caller_namespace(request.headers.items(), query))
         out, report = await _rewrite(request, provider, body, raw)
         # Never the headers: they carry the API key.
         logger.info("%s %s %s", request.method, request.url.path, safe_report_header(report))
@@ -173,14 +188,10 @@ def build_app(
             logger.debug(
                 "%s %s error detail: %.500s", request.method, request.url.path, report.error
             )
-        recall = getattr(rewriter, "recall", None)
-        if report.recall_namespace is not None and recall is not None:
-            url = _upstream_url(settings, provider, request.url.path, request.url.query)
-            headers = {k: v for k, v in request.headers.items() if k.lower() not in _DROP_REQUEST}
-            return await recall.respond(  # type: ignore[no-any-return]
-                http, url, headers, provider, out, report, report.recall_namespace
-            )
-        return await _forward(request, provider, request.url.path, out, report)
+        recall: Recall | None = getattr(rewriter, "recall", None)
+        if report.recall_namespace is None:
+            recall = None  # the recall tool did not go out: nothing to answer
+        return await _forward(request, provider, request.url.path, out, report, recall)
 
     async def _rewrite(
         request: Request, provider: str, body: Body, raw: bytes
@@ -228,7 +239,10 @@ def build_app(
         path: str,
         content: bytes,
         report: RewriteReport | None,
+        recall: Recall | None = None,
     ) -> Response:
+        """Send the request upstream and relay the answer: the one way out, the recall path
+        included, so both refuse, time out and break off alike."""
         url = _upstream_url(settings, provider, path, request.url.query)
         shown = display_url(url)
         headers = {k: v for k, v in request.headers.items() if k.lower() not in _DROP_REQUEST}
@@ -236,8 +250,8 @@ def build_app(
             upstream_request = http.build_request(
                 request.method, url, headers=headers, content=content
             )
-        except (httpx.InvalidURL, ValueError):
-            return _error(400, "request path or query cannot be forwarded as a URL", report)
+        except (httpx.InvalidURL, ValueError):  # UnicodeEncodeError: a non-ASCII header value
+            return _error(400, "request path, query or headers cannot be forwarded", report)
         try:
             upstream = await http.send(upstream_request, stream=True)
         except httpx.TimeoutException as exc:
@@ -247,23 +261,31 @@ def build_app(
             logger.warning("upstream %s unreachable: %s", shown, type(exc).__name__)
             logger.debug("upstream %s detail: %.500s", shown, exc)
             return _error(502, f"upstream unreachable: {type(exc).__name__} at {shown}", report)
+
+        async def resend(body: bytes) -> httpx.Response:
+            again = http.build_request(request.method, url, headers=headers, content=body)
+            return await http.send(again, stream=True)
+
+        if recall is not None and report is not None:
+            return await recall.respond(upstream, resend, provider, content, report, shown)
         chunks = None
         if retry is not None and report is not None:
-
-            async def send(body: bytes) -> httpx.Response:
-                again = http.build_request(request.method, url, headers=headers, content=body)
-                return await http.send(again, stream=True)
-
-            answer = await retry.answer(upstream, provider, content, report, send)
+            answer = await retry.answer(upstream, provider, content, report, resend)
             upstream, report, chunks = answer.upstream, answer.report, answer.chunks
         drop = _DROP_RESPONSE if chunks is None else _DROP_RESPONSE | {"content-encoding"}
         response_headers = {k: v for k, v in upstream.headers.items() if k.lower() not in drop}
         if report is not None:
             response_headers[REPORT_HEADER] = safe_report_header(report)
-        return _Relay(upstream, shown, response_headers, chunks)
+        return Relay(upstream, shown, response_headers, chunks)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        # Served by uvicorn, its access log would print each query string (where Azure and
+        # Gemini clients may put their key). Added once per process, never removed: another
+        # app of this proxy may still be serving.
+        access = logging.getLogger("uvicorn.access")
+        if not any(isinstance(f, QuerylessAccessLog) for f in access.filters):
+            access.addFilter(QuerylessAccessLog())
         logger.info(
             "ctxcompact proxy: OpenAI upstream %s, Anthropic upstream %s, strategy %s, "
             "transforms %s",
@@ -307,51 +329,6 @@ def _names(rewriter: object) -> tuple[str, str]:
     )
 
 
-class _Relay(StreamingResponse):
-    """The upstream's answer, relayed as raw bytes chunk by chunk as they arrive.
-
-    SSE streams are relayed without buffering and a compressed body keeps its
-    content-encoding header. An upstream that breaks off mid-answer is logged as one line and
-    the client's response is left incomplete (the server closes the connection), so the
-    client sees the answer cut off, as it was, instead of a well-formed but short one.
-    """
-
-    def __init__(
-        self,
-        upstream: httpx.Response,
-        shown_url: str,
-        headers: dict[str, str],
-        chunks: AsyncIterator[bytes] | None = None,
-    ) -> None:
-        self._chunks = upstream.aiter_raw() if chunks is None else chunks
-        super().__init__(
-            self._chunks,
-            status_code=upstream.status_code,
-            headers=headers,
-            background=BackgroundTask(upstream.aclose),
-        )
-        self._shown_url = shown_url
-
-    async def stream_response(self, send: Send) -> None:
-        await send(
-            {"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers}
-        )
-        relayed = 0
-        try:
-            async for chunk in self._chunks:
-                relayed += len(chunk)
-                await send({"type": "http.response.body", "body": chunk, "more_body": True})
-        except httpx.HTTPError as exc:
-            logger.warning(
-                "upstream %s broke off its answer after %d bytes: %s",
-                self._shown_url,
-                relayed,
-                type(exc).__name__,
-            )
-            return
-        await send({"type": "http.response.body", "body": b"", "more_body": False})
-
-
 async def _read_body(request: Request, limit: int) -> bytes:
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
@@ -374,7 +351,7 @@ def _client_gone(request: Request) -> Response:
     logger.info(
         "%s %s: the client disconnected before sending the whole body",
         request.method,
-        request.url.path,
+        shown_path(request.url.path),
     )
     return _error(400, "the client disconnected before sending the whole body")
 

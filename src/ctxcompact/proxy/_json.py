@@ -9,7 +9,12 @@ quotes the body). The limits:
   digit strings to ``int``);
 - numbers with a fraction or exponent must fit a 64-bit float (``1e400`` does not);
 - ``NaN``, ``Infinity`` and ``-Infinity`` are refused: they are not JSON (RFC 8259 §6),
-  although Python's ``json`` accepts them by default.
+  although Python's ``json`` accepts them by default;
+- the bytes must be UTF-8 (RFC 8259 §8.1), without a byte-order mark: Python's ``json``
+  would also read UTF-16 and UTF-32, skip a BOM and take UTF-8-encoded surrogates (CESU-8),
+  and a body it read that way would be forwarded, or rewritten as UTF-8, under a
+  ``Content-Type`` that says otherwise. A declared ``charset`` other than UTF-8 is refused for
+  the same reason (:func:`check_charset`).
 
 The depth check walks the parsed value with an explicit stack, so a deep body costs no
 recursion; a body so deep that the parser itself runs out of stack is refused the same way.
@@ -17,14 +22,23 @@ recursion; a body so deep that the parser itself runs out of stack is refused th
 
 from __future__ import annotations
 
+import codecs
 import json
 import math
+import re
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-__all__ = ["MAX_DEPTH", "MAX_INT_DIGITS", "BodyError", "encode_body", "parse_body"]
+__all__ = [
+    "MAX_DEPTH",
+    "MAX_INT_DIGITS",
+    "BodyError",
+    "check_charset",
+    "encode_body",
+    "parse_body",
+]
 
 MAX_DEPTH = 256
 """Deepest nesting of arrays and objects accepted in a request body (the body itself is 1)."""
@@ -67,20 +81,63 @@ def _float(text: str) -> float:
     return value
 
 
+_NOT_UTF8 = "request body is not UTF-8"
+_UTF8_NAMES = frozenset({"utf-8", "utf8"})
+_CHARSET = re.compile(r"""charset\s*=\s*["']?([^"';\s]*)""", re.IGNORECASE)
+_TOKEN = re.compile(r"[a-z0-9._:-]{1,40}")
+
+
+def check_charset(content_type: str | None) -> None:
+    """Refuse a ``Content-Type`` whose ``charset`` is not UTF-8 (none is fine: JSON is UTF-8).
+
+    Raises:
+        BodyError: The declared charset is another one.
+
+    Example:
+        >>> check_charset("application/json; charset=utf-8")
+        >>> try:
+        ...     check_charset("application/json; charset=utf-16")
+        ... except BodyError as exc:
+        ...     exc.reason
+        'request body is declared as utf-16; only UTF-8 is accepted'
+    """
+    found = _CHARSET.search(content_type or "")
+    if found is None:
+        return
+    charset = found.group(1).lower()
+    if charset in _UTF8_NAMES:
+        return
+    shown = charset if _TOKEN.fullmatch(charset) else "another charset"
+    raise BodyError(f"request body is declared as {shown}; only UTF-8 is accepted")
+
+
+def _text(raw: bytes) -> str:
+    """``raw`` decoded as strict UTF-8, or a :class:`BodyError` saying why it is not."""
+    if raw.startswith(codecs.BOM_UTF8):
+        raise BodyError(f"{_NOT_UTF8} (it starts with a byte-order mark)")
+    # A JSON text starts with an ASCII character: in UTF-16 or UTF-32 its first four bytes
+    # hold a zero byte, or they start with that encoding's byte-order mark.
+    if b"\x00" in raw[:4] or raw.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
+        raise BodyError(f"{_NOT_UTF8} (it looks like UTF-16 or UTF-32)")
+    try:
+        return raw.decode("utf-8")  # strict: encoded surrogates (CESU-8) are refused too
+    except UnicodeDecodeError as exc:
+        raise BodyError(f"{_NOT_UTF8} (not valid UTF-8 at byte {exc.start})") from None
+
+
 def parse_body(raw: bytes) -> dict[str, Any]:
     """Parse a chat request body: a JSON object within the documented limits.
 
     Raises:
-        BodyError: invalid UTF-8 or JSON, not an object, or over a limit.
+        BodyError: not UTF-8, not JSON, not an object, or over a limit.
     """
+    text = _text(raw)
     try:
-        body = json.loads(raw, parse_constant=_constant, parse_int=_int, parse_float=_float)
+        body = json.loads(text, parse_constant=_constant, parse_int=_int, parse_float=_float)
     except BodyError:
         raise
     except RecursionError:
         raise BodyError(f"request body is nested deeper than {MAX_DEPTH} levels") from None
-    except UnicodeDecodeError:
-        raise BodyError("request body is not valid UTF-8") from None
     except json.JSONDecodeError as exc:
         # Position only: the decoder's message quotes no content, but keep it to the offset.
         raise BodyError(

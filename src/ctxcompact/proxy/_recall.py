@@ -2,10 +2,10 @@
 
 With ``[store]`` and ``recall = true``, every request the proxy changed goes out with the
 ``recall_tool_result`` tool added. When the model's answer calls only that tool, the proxy runs
-it against the caller's own originals (:func:`caller_namespace`: a hash of the caller's API
-key), appends the call and its result to the request and asks the upstream again, at most
-:data:`MAX_RECALL_ROUNDS` times; the client receives the final answer. An answer that mixes
-the recall tool with other tools is passed through unchanged.
+it against the caller's own originals (:func:`~ctxcompact.proxy._callers.caller_namespace`: a
+hash of every credential the request carries), appends the call and its result to the request
+and asks the upstream again, at most :data:`MAX_RECALL_ROUNDS` times; the client receives the
+final answer. An answer that mixes the recall tool with other tools is passed through unchanged.
 
 Streaming answers are relayed as they come until the first tool-call delta names the recall
 tool; from there the answer is held, and when it ends with only recall calls the follow-up's
@@ -20,10 +20,10 @@ import contextlib
 import json
 import logging
 from contextvars import ContextVar
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import httpx
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, Response
 
 from .._store_recall import (
     RECALL_TOOL_NAME,
@@ -31,12 +31,12 @@ from .._store_recall import (
     recall_tool_spec_anthropic,
     recall_tool_spec_openai,
 )
-from .._store_records import credential_namespace
 from ._recall_stream import StreamState, sse_events
 from ._redact import safe_report_header
+from ._relay import Relay
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Mapping
+    from collections.abc import AsyncIterator, Awaitable, Callable
 
     from starlette.applications import Starlette
 
@@ -44,11 +44,9 @@ if TYPE_CHECKING:
     from ._rewrite import RewriteReport
 
 __all__ = [
-    "ANONYMOUS_NAMESPACE",
     "CALLER",
     "MAX_RECALL_ROUNDS",
     "Recall",
-    "caller_namespace",
     "close_on_shutdown",
 ]
 
@@ -57,11 +55,10 @@ logger = logging.getLogger("ctxcompact.proxy")
 MAX_RECALL_ROUNDS = 3
 """Recall rounds per client request at most; past it the answer goes to the client as is."""
 
-ANONYMOUS_NAMESPACE = "anonymous"
-"""The namespace of callers that send no API key (they share it)."""
-
-CALLER: ContextVar[str] = ContextVar("ctxcompact_proxy_caller", default=ANONYMOUS_NAMESPACE)
-"""The namespace of the request being handled (set by the app, read by the rewriter)."""
+CALLER: ContextVar[str] = ContextVar("ctxcompact_proxy_caller")
+"""The namespace of the request being handled: set by the app for every request
+(:func:`~ctxcompact.proxy._callers.caller_namespace`), read by the rewriter. No default: a
+rewriter used outside the app falls back to its controller's own ``store_namespace``."""
 
 Body = dict[str, Any]
 _HOP = frozenset({"content-length", "content-encoding", "transfer-encoding", "connection"})
@@ -83,21 +80,6 @@ def close_on_shutdown(app: Starlette, store: OriginalsStore) -> None:
                     close()
 
     app.router.lifespan_context = lifespan
-
-
-def caller_namespace(headers: Mapping[str, str]) -> str:
-    """The store namespace of a caller: a hash of its ``Authorization: Bearer`` key, else of
-    its ``x-api-key``, else :data:`ANONYMOUS_NAMESPACE`.
-
-    Example:
-        >>> caller_namespace({}) == ANONYMOUS_NAMESPACE
-        True
-    """
-    auth = headers.get("authorization", "")
-    scheme, _, token = auth.partition(" ")
-    key = token.strip() if scheme.lower() == "bearer" else ""
-    key = key or headers.get("x-api-key", "").strip()
-    return credential_namespace(key) if key else ANONYMOUS_NAMESPACE
 
 
 class Recall:
@@ -139,48 +121,77 @@ class Recall:
 
     async def respond(
         self,
-        http: httpx.AsyncClient,
-        url: str,
-        headers: dict[str, str],
+        upstream: httpx.Response,
+        resend: Resend,
         provider: str,
         content: bytes,
         report: RewriteReport,
-        namespace: str,
+        shown_url: str,
     ) -> Response:
-        """Send ``content`` upstream, answer recall calls, return the final answer."""
-        body: Body = json.loads(content)
+        """The final answer to the client, from the upstream's answer to ``content``.
+
+        The app sent ``content`` as it sends any request (a request it cannot send is a 400,
+        no answer a 504, no upstream a 502); here the answer is read, recall calls are
+        answered with ``resend`` (a follow-up body -> the upstream's answer, not read yet), and
+        the final answer is returned. An upstream that breaks off or stalls mid-answer cuts
+        the client off (:class:`~ctxcompact.proxy._relay.Relay`), as on the plain path.
+        """
         extra = {"x-ctxcompact": safe_report_header(report)}
-        try:
-            upstream = await _send(http, url, headers, content)
-        except httpx.HTTPError as exc:
-            return _upstream_error(exc, extra)
+        namespace = report.recall_namespace
+        if namespace is None:  # the tool did not go out: relayed as on the plain path
+            return Relay(upstream, shown_url, _headers(upstream, extra), upstream.aiter_bytes())
+        body: Body = json.loads(content)
         if body.get("stream") is True:
-            return _stream_response(
-                self, http, url, headers, provider, body, upstream, namespace, extra
-            )
+            chunks = _stream(self, upstream, resend, provider, body, namespace)
+            return Relay(upstream, shown_url, _headers(upstream, extra), chunks)
         rounds = 0
         while True:
-            await upstream.aread()
-            await upstream.aclose()
-            calls = _recall_only(provider, upstream) if rounds < self.max_rounds else None
-            if calls is None:
+            data, broke = await _read(upstream)
+            if broke is not None:
+                # What came, then the cut: the client sees the answer interrupted.
+                return Relay(upstream, shown_url, _headers(upstream, extra), _cut(data, broke))
+            answer = _json(data) if upstream.status_code == 200 else None
+            calls = recall_calls(provider, answer) if rounds < self.max_rounds else None
+            if calls is None or not isinstance(answer, dict):
                 if rounds:
                     logger.info("proxy: answered %d recall round(s) for the client", rounds)
-                return Response(upstream.content, upstream.status_code, _headers(upstream, extra))
+                return Response(data, upstream.status_code, _headers(upstream, extra))
             rounds += 1
-            answer = upstream.json()
             body = follow_up(provider, body, answer, await self.answer(calls, namespace))
             try:
-                upstream = await _send(http, url, headers, _dumps(body))
+                upstream = await resend(_dumps(body))
             except httpx.HTTPError as exc:
                 return _upstream_error(exc, extra)
 
 
-async def _send(
-    http: httpx.AsyncClient, url: str, headers: dict[str, str], content: bytes
-) -> httpx.Response:
-    request = http.build_request("POST", url, headers=headers, content=content)
-    return await http.send(request, stream=True)
+Resend: TypeAlias = "Callable[[bytes], Awaitable[httpx.Response]]"
+"""Sends a follow-up request body upstream; its answer comes back streamed, not read yet."""
+
+
+async def _read(upstream: httpx.Response) -> tuple[bytes, httpx.HTTPError | None]:
+    """The body (decoded) and, when the upstream broke off or stalled, the error."""
+    chunks: list[bytes] = []
+    try:
+        async for chunk in upstream.aiter_bytes():
+            chunks.append(chunk)
+    except httpx.HTTPError as exc:
+        return b"".join(chunks), exc
+    finally:
+        await upstream.aclose()
+    return b"".join(chunks), None
+
+
+async def _cut(data: bytes, error: httpx.HTTPError) -> AsyncIterator[bytes]:
+    if data:
+        yield data
+    raise error
+
+
+def _json(data: bytes) -> object:
+    try:
+        return json.loads(data)
+    except (ValueError, RecursionError):  # not JSON (an error page), or absurdly deep
+        return None
 
 
 def _dumps(body: Body) -> bytes:
@@ -210,17 +221,6 @@ def _tool_name(tool: object) -> object:
         return None
     function = tool.get("function")
     return function.get("name") if isinstance(function, dict) else tool.get("name")
-
-
-def _recall_only(provider: str, upstream: httpx.Response) -> list[tuple[str, Any]] | None:
-    """The recall calls of a successful answer that calls the recall tool and nothing else."""
-    if upstream.status_code != 200:
-        return None
-    try:
-        answer = upstream.json()
-    except ValueError:
-        return None
-    return recall_calls(provider, answer)
 
 
 def recall_calls(provider: str, answer: object) -> list[tuple[str, Any]] | None:
@@ -265,58 +265,54 @@ def follow_up(provider: str, body: Body, answer: Body, results: list[tuple[str, 
     return {**body, "messages": messages}
 
 
-def _stream_response(
+async def _stream(
     recall: Recall,
-    http: httpx.AsyncClient,
-    url: str,
-    headers: dict[str, str],
+    first: httpx.Response,
+    resend: Resend,
     provider: str,
     body: Body,
-    first: httpx.Response,
     namespace: str,
-    extra: dict[str, str],
-) -> Response:
-    response_headers = _headers(first, extra)
-
-    async def chunks() -> AsyncIterator[bytes]:
-        nonlocal body
-        upstream = first
-        state = StreamState(provider)
-        rounds = 0
-        while True:
-            try:
-                if upstream.status_code != 200:
-                    async for raw in upstream.aiter_bytes():
-                        yield raw
-                    return
-                async for event in sse_events(upstream.aiter_text()):
-                    for out in state.feed(event):
-                        yield out
-            except httpx.HTTPError as exc:
-                logger.warning("proxy: upstream broke off during recall: %s", type(exc).__name__)
-                return
-            finally:
-                await upstream.aclose()
-            calls = state.recall_calls() if rounds < recall.max_rounds else None
-            if calls is None:
-                for out in state.release():
-                    yield out
-                return
-            rounds += 1
-            logger.info("proxy: answering recall round %d in a stream", rounds)
-            results = await recall.answer(calls, namespace)
-            body = follow_up(provider, body, state.answer(), results)
-            state = state.next_round()
-            try:
-                upstream = await _send(http, url, headers, _dumps(body))
-            except httpx.HTTPError as exc:
-                logger.warning("proxy: upstream failed during recall: %s", type(exc).__name__)
-                yield state.error_event(f"upstream failed during recall: {type(exc).__name__}")
-                return
+) -> AsyncIterator[bytes]:
+    """The client's stream: the upstream's events, held from a recall call on, and the
+    follow-ups' events after them. An ``httpx.HTTPError`` (the upstream broke off or stalled)
+    goes up to the :class:`~ctxcompact.proxy._relay.Relay`, which cuts the client off, after
+    what was held: the client then has every byte the upstream sent, as on the plain path."""
+    upstream = first
+    state = StreamState(provider)
+    rounds = 0
+    while True:
+        try:
             if upstream.status_code != 200:
-                await upstream.aread()
-                await upstream.aclose()
-                yield state.error_event(f"upstream answered {upstream.status_code} during recall")
+                async for raw in upstream.aiter_bytes():
+                    yield raw
                 return
-
-    return StreamingResponse(chunks(), status_code=first.status_code, headers=response_headers)
+            async for event in sse_events(upstream.aiter_text()):
+                for out in state.feed(event):
+                    yield out
+        except httpx.HTTPError:
+            for out in state.release():
+                yield out
+            raise
+        finally:
+            await upstream.aclose()
+        calls = state.recall_calls() if rounds < recall.max_rounds else None
+        if calls is None:
+            for out in state.release():
+                yield out
+            return
+        rounds += 1
+        logger.info("proxy: answering recall round %d in a stream", rounds)
+        results = await recall.answer(calls, namespace)
+        body = follow_up(provider, body, state.answer(), results)
+        state = state.next_round()
+        try:
+            upstream = await resend(_dumps(body))
+        except httpx.HTTPError as exc:
+            logger.warning("proxy: upstream failed during recall: %s", type(exc).__name__)
+            yield state.error_event(f"upstream failed during recall: {type(exc).__name__}")
+            return
+        if upstream.status_code != 200:
+            await upstream.aread()
+            await upstream.aclose()
+            yield state.error_event(f"upstream answered {upstream.status_code} during recall")
+            return

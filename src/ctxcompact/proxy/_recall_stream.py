@@ -50,6 +50,7 @@ class StreamState:
         self.client_blocks = offset
         self.decided = False
         self.holding = False
+        self.unreadable = False  # a chunk not in the provider's shape came: relay, never answer
         self.held: list[tuple[bytes, bool]] = []
         self.text = ""
         self.calls: dict[int, dict[str, str]] = {}
@@ -60,19 +61,19 @@ class StreamState:
         payload = _data(event)
         try:
             obj = json.loads(payload) if payload and payload != "[DONE]" else None
-        except ValueError:
+        except (ValueError, RecursionError):  # not JSON, or nested past the parser's stack
             obj = None
         block_start = False
         if isinstance(obj, dict):
-            names = self._openai(obj) if self.provider == "openai" else self._anthropic(obj)
+            names, released = self._read(obj)
             if self.provider == "anthropic":
                 if obj.get("type") == "message_start" and self.round:
-                    return []  # the client's stream already started its message
+                    return released  # the client's stream already started its message
                 block_start = obj.get("type") == "content_block_start"
                 if self.offset and isinstance(obj.get("index"), int):
                     obj["index"] += self.offset
                     event = f"event: {obj.get('type')}\ndata: {json.dumps(obj)}"
-            released = self._decide(names)
+            released += self._decide(names)
         else:
             released = []
         out = (event + "\n\n").encode("utf-8")
@@ -81,6 +82,23 @@ class StreamState:
             return released
         self.client_blocks += block_start
         return [*released, out]
+
+    def _read(self, obj: dict[str, Any]) -> tuple[list[str], list[bytes]]:
+        """The tool names ``obj`` starts, and what to release when it cannot be read.
+
+        A chunk that is JSON but not in the provider's shape (``tool_calls`` not a list of
+        objects, a delta that is a string, a number where text goes) ends the reading of
+        this answer: a recall call in it could not be answered reliably, so what was held is
+        released and the rest is relayed as it comes, as the plain path relays everything.
+        """
+        if self.unreadable:
+            return [], []
+        try:
+            names = self._openai(obj) if self.provider == "openai" else self._anthropic(obj)
+        except (AttributeError, TypeError, ValueError):  # a shape the provider never sends
+            self.unreadable = True
+            return [], self.release()
+        return names, []
 
     def _decide(self, names: list[str]) -> list[bytes]:
         released: list[bytes] = []
@@ -140,7 +158,7 @@ class StreamState:
 
     def recall_calls(self) -> list[tuple[str, Any]] | None:
         """``(id, arguments)`` of each call when the held answer calls only the recall tool."""
-        if not self.holding:
+        if not self.holding or self.unreadable:
             return None
         calls: list[tuple[str, Any, object]]
         if self.provider == "openai":

@@ -8,6 +8,7 @@ keep type names, strategy names and fixed reasons, and drop the rest.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import re
 from typing import TYPE_CHECKING
 
@@ -16,20 +17,71 @@ import httpx
 if TYPE_CHECKING:
     from ._rewrite import RewriteReport
 
-__all__ = ["display_url", "safe_report_header"]
+__all__ = ["QuerylessAccessLog", "display_url", "safe_report_header", "shown_path"]
+
+MAX_SHOWN = 200
+"""Longest path (or URL) a log line or an error shows; a longer one is cut and says so."""
+
+
+def _bounded(text: str) -> str:
+    if len(text) <= MAX_SHOWN:
+        return text
+    return f"{text[:MAX_SHOWN]}...({len(text)} chars)"
+
+
+def shown_path(path: str) -> str:
+    r"""A request path as a log line may show it: no query, escaped, at most
+    :data:`MAX_SHOWN` characters.
+
+    Anything but printable ASCII (a newline that would start a forged log line, a Unicode
+    line separator) is written as a Python escape.
+
+    Example:
+        >>> shown_path("/v1/x\nINFO forged?key=secret")
+        '/v1/x\\nINFO forged'
+    """
+    path = path.split("?", 1)[0]
+    escaped = path.encode("ascii", "backslashreplace").decode("ascii")
+    escaped = "".join(c if " " <= c <= "~" else repr(c)[1:-1] for c in escaped)
+    return _bounded(escaped)
 
 
 def display_url(url: str) -> str:
-    """``url`` as it may be shown in a log line or an error: no credentials, no query.
+    """``url`` as it may be shown in a log line or an error: no credentials, no query,
+    at most :data:`MAX_SHOWN` characters.
 
     Example:
         >>> display_url("https://user:secret@example.com/v1/chat?key=abc")
         'https://example.com/v1/chat'
     """
     try:
-        return str(httpx.URL(url).copy_with(userinfo=b"", query=None, fragment=None))
+        return _bounded(str(httpx.URL(url).copy_with(userinfo=b"", query=None, fragment=None)))
     except (httpx.InvalidURL, ValueError):
         return "(invalid URL)"
+
+
+class QuerylessAccessLog(logging.Filter):
+    """Keeps query strings out of uvicorn's access log (``uvicorn.access``).
+
+    uvicorn logs each request as ``'%s - "%s %s HTTP/%s" %d'`` with the path *and query
+    string* as an argument, and clients authenticate in the query (Azure's ``?api-key=``,
+    Gemini's ``?key=``). Every string argument is cut at its ``?`` and passed through
+    :func:`shown_path`; the client address, method and status have no ``?``.
+
+    Example:
+        >>> record = logging.LogRecord("uvicorn.access", 20, "", 0, '%s - "%s %s HTTP/%s" %d',
+        ...     ("127.0.0.1:5", "GET", "/v1/models?key=secret", "1.1", 200), None)
+        >>> QuerylessAccessLog().filter(record), record.getMessage()
+        (True, '127.0.0.1:5 - "GET /v1/models HTTP/1.1" 200')
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.args, tuple):
+            record.args = tuple(
+                shown_path(arg) if isinstance(arg, str) and ("?" in arg or i == 2) else arg
+                for i, arg in enumerate(record.args)
+            )
+        return True
 
 
 # What of a report's free-text error may be shown: the rewriter builds it from exception

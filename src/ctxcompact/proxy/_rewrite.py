@@ -53,6 +53,7 @@ class RewriteReport:
         retried: How many times the request was compacted and sent again after the upstream
             answered that it was over the context window (:mod:`._retry`).
         window: The window those retries compacted against.
+        summarizer: In the header as ``summarizer=unavailable`` or ``summarizer=failed``.
 
     Example:
         >>> RewriteReport("unchanged", "ToolResultHiding", 10, 10, 2, 2).header()
@@ -70,6 +71,10 @@ class RewriteReport:
     window: int | None = None
     recall_namespace: str | None = None
     """Set when the recall tool was offered: whose originals its calls read (not a header)."""
+    summarizer: str | None = None
+    """``unavailable`` when the summarizer's circuit breaker refused a call (the request went
+    without the summary, the cheaper tiers applied), ``failed`` when a call failed as in an
+    outage (:attr:`ctxcompact.CompactionEvent.summarizer`)."""
 
     def header(self) -> str:
         """The ``x-ctxcompact`` header value: ``key=value`` pairs separated by ``; ``."""
@@ -85,6 +90,8 @@ class RewriteReport:
             parts.append(f"error={safe[:300]}")
         if self.retried:
             parts.append(f"retried={self.retried}; window={self.window}")
+        if self.summarizer in ("unavailable", "failed"):  # fixed tokens only
+            parts.append(f"summarizer={self.summarizer}")
         return "; ".join(parts)
 
 
@@ -158,7 +165,7 @@ class Rewriter:
         except ValueError as exc:  # FormatError: let the upstream answer the malformed request
             return None, self._skipped(f"messages not understood: {type(exc).__name__}")
         counter = controller.token_counter
-        store, namespace = controller.store, CALLER.get()
+        store, namespace = controller.store, CALLER.get(controller.store_namespace)
         # per request: the proxy keeps nothing between requests (but what the store keeps)
         state = ControllerState(namespace=namespace if store is not None else None)
         received, reused = history, 0
@@ -181,6 +188,7 @@ class Rewriter:
         )
         errors = [f"transform {e}" for e in step.skipped]
         event = step.event
+        summarizer = event.summarizer if event is not None else None
         failed = event is not None and event.status in ("failed", "rejected")
         if failed and event is not None:
             errors.append(event.error or event.status)
@@ -191,7 +199,14 @@ class Rewriter:
         if not _differs(request, history):
             action = "failed" if failed else "unchanged"
             return None, RewriteReport(
-                action, name, before, before, len(history), len(history), _join(errors)
+                action,
+                name,
+                before,
+                before,
+                len(history),
+                len(history),
+                _join(errors),
+                summarizer=summarizer,
             )
         try:
             new_body = encode(request)
@@ -201,7 +216,14 @@ class Rewriter:
             errors.append(f"the rewritten history cannot be sent in this format: {exc}")
             logger.warning("proxy: %s's output cannot be sent in this format", name)
             return None, RewriteReport(
-                "failed", name, before, before, len(history), len(history), _join(errors)
+                "failed",
+                name,
+                before,
+                before,
+                len(history),
+                len(history),
+                _join(errors),
+                summarizer=summarizer,
             )
         compacted = step.compacted or reused
         action = "compacted" if compacted else "failed" if failed else "transformed"
@@ -223,6 +245,7 @@ class Rewriter:
             len(request),
             _join(errors),
             recall_namespace=namespace if offered else None,
+            summarizer=summarizer,
         )
 
     def _skipped(self, why: str) -> RewriteReport:

@@ -24,7 +24,7 @@ from ._shared import call_names, with_content
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
-__all__ = ["DROP_MARKER", "PINNED", "Fitter", "Plan", "result_names", "units"]
+__all__ = ["DROP_MARKER", "PINNED", "Fitter", "Plan", "log_truncated", "result_names", "units"]
 
 logger = logging.getLogger("ctxcompact.strategies.guard")
 
@@ -48,6 +48,18 @@ def result_names(history: Sequence[Message]) -> dict[int, str]:
         for i in group.result_indices:
             names[i] = by_id.get(history[i].tool_call_id or "", "")
     return names
+
+
+def log_truncated(index: int, tool: str, before: int, after: int) -> None:
+    """Log one truncated tool result: where and how much at WARNING; its tool's name, which
+    the client chose (a newline in it would forge a log line), only at DEBUG and escaped."""
+    logger.warning(
+        "Context guard: truncated the tool result at message %d (%d → %d chars)",
+        index,
+        before,
+        after,
+    )
+    logger.debug("Context guard: message %d answers tool %.200r", index, tool)
 
 
 # -- what may be dropped -----------------------------------------------------------------------
@@ -277,12 +289,7 @@ class Fitter:
             cut = shrink(work[i], target, count)
             if cut is None:  # the fill never targets below the minimum
                 raise AssertionError("unreachable: a result cannot reach its own minimum")
-            logger.warning(
-                'Context guard: truncated tool result for "%s" (%d → %d chars)',
-                names.get(i, "unknown"),
-                len(work[i].text),
-                len(cut.text),
-            )
+            log_truncated(i, names.get(i, "unknown"), len(work[i].text), len(cut.text))
             replaced[i] = cut
         return self._assemble(plan.block[0] if plan.block else 0, dropped, replaced)
 

@@ -16,7 +16,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from ..exceptions import ConfigError
-from ._fit import DROP_MARKER, Fitter, Plan, result_names
+from ._fit import DROP_MARKER, Fitter, Plan, log_truncated, result_names
 from ._shared import check_int
 from ._truncation import ToolResultTruncation
 
@@ -245,12 +245,7 @@ class ContextGuard:
             cut = self.truncation.truncate_message(message)
             if cut is message:
                 continue
-            logger.warning(
-                'Context guard: truncated tool result for "%s" (%d → %d chars)',
-                names.get(i, "unknown"),
-                len(message.text),
-                len(cut.text),
-            )
+            log_truncated(i, names.get(i, "unknown"), len(message.text), len(cut.text))
             work[i] = cut
             new = count(cut)
             total += new - tokens[i]

@@ -14,7 +14,13 @@ from typing import TYPE_CHECKING, Literal
 
 # LLM is needed at run time, not only for typing: the loader injects by resolved annotation.
 from .._contract import LLM  # noqa: TC001
-from ..exceptions import ConfigError, LLMError, LLMRequiredError, SummaryRejectedError
+from ..exceptions import (
+    ConfigError,
+    LLMError,
+    LLMRequiredError,
+    LLMUnavailableError,
+    SummaryRejectedError,
+)
 from ._hiding import ToolResultHiding
 from ._shared import HIDDEN_PLACEHOLDER
 from ._summary import SUMMARY_PROMPT, LLMSummary
@@ -46,7 +52,9 @@ class HidingThenSummary:
     refused (:class:`~ctxcompact.exceptions.SummaryRejectedError`: empty, not text, no
     letters, garbage, over twice ``max_summary_tokens``, or not smaller than what it
     replaces; see :class:`LLMSummary`), the hidden history is returned (KLIP-13's outcome;
-    the next trigger tries the summary again) and the error is logged as a warning.
+    the next trigger tries the summary again) and the error is logged as a warning (at DEBUG
+    when the summarizer's circuit breaker refused the call:
+    :class:`~ctxcompact.exceptions.LLMUnavailableError`).
     When hiding changed nothing, the summary's failure propagates, and so does every other
     failure: the controller keeps the history and reports ``failed`` with the reason. A
     missing LLM raises :class:`~ctxcompact.exceptions.LLMRequiredError` before anything runs.
@@ -150,6 +158,10 @@ class HidingThenSummary:
         hidden_ctx = dataclasses.replace(ctx, history=hidden, token_count=max(0, estimate))
         try:
             summarized = await self.summary.compact(hidden_ctx, live=ctx.history)
+        except LLMUnavailableError:
+            # The breaker warned when it opened; each refused call is not news.
+            logger.debug("summary after hiding skipped: the summarizer is unavailable")
+            return hidden
         except (LLMError, SummaryRejectedError) as exc:
             logger.warning("summary after hiding failed, keeping the hidden history: %s", exc)
             return hidden

@@ -3,18 +3,21 @@
 from __future__ import annotations
 
 import dataclasses
+import logging
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .._contract import Dependencies, needs_llm
 from .._loader import load_strategy
-from ..exceptions import ConfigError
+from ..exceptions import ConfigError, LLMUnavailableError
 
 if TYPE_CHECKING:
     from .._contract import CompactionContext, CompactionStrategy
     from .._messages import Message
 
 __all__ = ["Pipeline"]
+
+logger = logging.getLogger(__name__)
 
 Step = str | Mapping[str, Any]
 """A step named in TOML: a strategy spec, or ``{strategy = spec, params = {...}}``."""
@@ -25,6 +28,11 @@ class Pipeline:
 
     Each step gets a context whose ``history`` is the current one and whose ``token_count``
     is re-counted (with the context's token counter) once a step has changed it.
+
+    A step whose model is unavailable (:class:`~ctxcompact.exceptions.LLMUnavailableError`:
+    its circuit breaker is open after failed calls) is skipped and the other steps still run
+    (when none changes anything, that error is raised); any other error propagates, so the
+    controller keeps the history and reports it.
 
     Args:
         *strategies: Strategy objects, in order (Python).
@@ -80,16 +88,28 @@ ToolResultHiding(preserve_recent_n=3, batch_turns=0, clear_at_least=0))
         history: Sequence[Message] = ctx.history
         current = ctx
         changed = False
+        unavailable: LLMUnavailableError | None = None
         for strategy in self.strategies:
             if current.history is not history:
                 # Re-counted only when a later step will look at it.
                 current = dataclasses.replace(
                     ctx, history=history, token_count=ctx.token_counter.count(history)
                 )
-            out = await strategy.compact(current)
+            try:
+                out = await strategy.compact(current)
+            except LLMUnavailableError as exc:
+                # The model's breaker is open (it logged why): this step waits for it to
+                # recover, the steps that need no model still run.
+                logger.debug(
+                    "pipeline step %s skipped: its model is unavailable", type(strategy).__name__
+                )
+                unavailable = exc
+                continue
             if out is not None:
                 history = out
                 changed = True
+        if not changed and unavailable is not None:
+            raise unavailable  # a failure to report, not a no-op
         return history if changed else None
 
 
