@@ -53,13 +53,13 @@ def _run_upstream(port: int) -> None:
 
 
 def _run_proxy(config_path: str, port: int) -> None:
-    import uvicorn
+    import logging
 
     from ctxcompact import load_config
-    from ctxcompact.proxy import create_app
+    from ctxcompact.proxy import serve
 
-    app = create_app(load_config(config_path))
-    uvicorn.run(app, host="127.0.0.1", port=port, log_level="error")
+    logging.disable(logging.WARNING)  # the outage's one warning per proxy, not the figures
+    serve(load_config(config_path), host="127.0.0.1", port=port)  # as `ctxcompact proxy` runs
 
 
 def _wait(url: str) -> None:

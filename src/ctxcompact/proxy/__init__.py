@@ -9,6 +9,7 @@ Needs the ``proxy`` extra (starlette, uvicorn, httpx).
 from __future__ import annotations
 
 import contextlib
+import gc
 from typing import TYPE_CHECKING
 
 from .._controller import CompactionController
@@ -133,6 +134,10 @@ def serve(config: Config, *, host: str | None = None, port: int | None = None) -
     except ImportError as exc:
         raise MissingDependencyError("the ctxcompact proxy", "proxy") from exc
     app = create_app(config)
+    # Everything built so far (the SDKs' modules, the config, the strategy) lives as long as
+    # the process: moving it out of the collector's generations keeps a full collection from
+    # walking it, which otherwise adds 100-160 ms to whichever request triggers the first one.
+    gc.freeze()
     uvicorn.run(
         app,
         host=host if host is not None else config.proxy.host,
