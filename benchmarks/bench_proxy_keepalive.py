@@ -34,7 +34,7 @@ from tests.helpers.proxy_servers import FakeUpstream, serve_in_thread
 from tests.test_proxy import openai_history, write_config
 
 from ctxcompact import load_config
-from ctxcompact._config import ProxyConfig
+from ctxcompact._config.config import ProxyConfig
 from ctxcompact.proxy import create_app
 from ctxcompact.proxy._app import UPSTREAM_KEEPALIVE_EXPIRY
 

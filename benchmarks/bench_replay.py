@@ -8,7 +8,7 @@ prefix at 0.1, and at Anthropic's prices: writes 1.25x, reads 0.1x, 1,024-token 
 percentages of no compaction, cache breaks, compactions, whether the last 5 tool groups
 and every error result reached the model verbatim at every call, and "removed then
 referenced": of the tool results the configuration removed from some call's input, those a
-later answer quoted while they were out of view (ctxcompact._referenced documents the
+later answer quoted while they were out of view (ctxcompact.replay._referenced documents the
 method). The last row is examples/recommended.toml, loaded from its file
 (benchmarks/bench_recommended.py locates it on the cost/input frontier).
 

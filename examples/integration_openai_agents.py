@@ -37,7 +37,7 @@ from ctxcompact.integrations.openai_agents import CompactingSession, CompactionF
 from ctxcompact.strategies import ToolResultHiding
 
 SOURCE = Path(ctxcompact.__file__).parent
-FILES = [p for p in sorted(SOURCE.glob("_*.py")) if not p.name.startswith("__")][:6]
+FILES = [p for p in sorted(SOURCE.glob("strategies/_*.py")) if not p.name.startswith("__")][:6]
 
 
 class ScriptedModel(Model):

@@ -31,7 +31,7 @@ from ctxcompact.integrations.pydantic_ai import history_processor
 from ctxcompact.strategies import ToolResultHiding
 
 SOURCE = Path(ctxcompact.__file__).parent
-FILES = [p for p in sorted(SOURCE.glob("_*.py")) if not p.name.startswith("__")][:6]
+FILES = [p for p in sorted(SOURCE.glob("strategies/_*.py")) if not p.name.startswith("__")][:6]
 
 
 def scripted_model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:

@@ -20,7 +20,7 @@ from ctxcompact import (
     Usage,
     check_history,
 )
-from ctxcompact._agent import CONTINUE_PROMPT, CompactionRecord
+from ctxcompact._agent.agent import CONTINUE_PROMPT, CompactionRecord
 from ctxcompact.exceptions import ContextTooLongError, MaxStepsExceeded, UserError
 from ctxcompact.strategies import ToolResultTruncation
 from ctxcompact.testing import FunctionStrategy, LLMRequest, ScriptedLLM

@@ -24,7 +24,7 @@ from ctxcompact import (
     load_config,
     wire,
 )
-from ctxcompact._tools import ToolResult
+from ctxcompact._contract.tools import ToolResult
 from ctxcompact.exceptions import ConfigError, MaxStepsExceeded, UserError
 from ctxcompact.store import RECALL_TOOL_NAME, MemoryStore, SQLiteStore, execute_recall
 from ctxcompact.strategies import (

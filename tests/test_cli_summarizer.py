@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from ctxcompact import CompactionContext, Config, HeuristicTokenCounter, Message
-from ctxcompact._contract import NeedsLLM, has_context_window, needs_llm
+from ctxcompact._contract.protocols import NeedsLLM, has_context_window, needs_llm
 from ctxcompact._wiring import wire
 from ctxcompact.cli import main
 from ctxcompact.exceptions import LLMRequiredError

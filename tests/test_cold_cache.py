@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import pytest
 
 from ctxcompact import CompactionController, Config, Message, check_history, from_openai
-from ctxcompact._contract import CompactionContext, Usage
+from ctxcompact._contract.protocols import CompactionContext, Usage
 from ctxcompact.exceptions import ConfigError
 from ctxcompact.replay import replay
 from ctxcompact.strategies import ToolResultHiding

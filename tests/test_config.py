@@ -9,7 +9,7 @@ from pathlib import Path
 import pydantic
 import pytest
 
-from ctxcompact._config import (
+from ctxcompact._config.config import (
     CompactionConfig,
     Config,
     ContextGuardConfig,
@@ -18,9 +18,9 @@ from ctxcompact._config import (
     TruncationConfig,
     load_config,
 )
-from ctxcompact._contract import LLM, Completion
-from ctxcompact._loader import load_strategy
-from ctxcompact._messages import Message
+from ctxcompact._contract.protocols import LLM, Completion
+from ctxcompact._history.messages import Message
+from ctxcompact._plugins.loader import load_strategy
 from ctxcompact.exceptions import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -19,7 +19,7 @@ from ctxcompact import (
     check_history,
     from_openai,
 )
-from ctxcompact._config import Config, load_config
+from ctxcompact._config.config import Config, load_config
 from ctxcompact.exceptions import CompactionError, ConfigError, StrategyLoadError
 from ctxcompact.testing import FunctionStrategy, ScriptedLLM
 from tests.helpers.gen import assistant, call, system, tool, user, valid_histories

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from ctxcompact import Message, RawPart, check_history, from_openai, read_conversation, to_openai
-from ctxcompact._conversations import load_conversation, parse_conversation
+from ctxcompact._formats.files import load_conversation, parse_conversation
 from ctxcompact.cli import main
 from ctxcompact.exceptions import ConversationFileError
 from tests.helpers.traces import TRACES_DIR, load_trace

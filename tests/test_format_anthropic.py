@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ctxcompact import check_history, from_anthropic, from_openai, to_anthropic
-from ctxcompact._messages import Message, RawPart, TextPart, ToolCall
+from ctxcompact._history.messages import Message, RawPart, TextPart, ToolCall
 from ctxcompact.exceptions import FormatError
 
 EPHEMERAL = {"type": "ephemeral"}

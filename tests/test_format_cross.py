@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given, settings
 
 from ctxcompact import from_anthropic, from_openai, to_anthropic, to_openai
-from ctxcompact._messages import Message
+from ctxcompact._history.messages import Message
 from ctxcompact.exceptions import FormatError
 from tests.helpers.gen import valid_histories
 from tests.helpers.traces import load_trace, trace_names

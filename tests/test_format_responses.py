@@ -26,7 +26,7 @@ from ctxcompact import (
     looks_like_responses,
     to_responses,
 )
-from ctxcompact._contract import CompactionStrategy
+from ctxcompact._contract.protocols import CompactionStrategy
 from ctxcompact.exceptions import FormatError
 from ctxcompact.strategies import (
     ContextGuard,

@@ -7,10 +7,10 @@ from collections.abc import Sequence
 
 import pytest
 
-from ctxcompact._contract import CompactionContext
-from ctxcompact._messages import Message
-from ctxcompact._tokens import HeuristicTokenCounter
-from ctxcompact._validate import check_history
+from ctxcompact._contract.protocols import CompactionContext
+from ctxcompact._history.messages import Message
+from ctxcompact._history.validate import check_history
+from ctxcompact._tokens.counters import HeuristicTokenCounter
 from ctxcompact.exceptions import ConfigError, LLMRequiredError, ServerError
 from ctxcompact.strategies import HidingThenSummary, ToolResultHiding
 from ctxcompact.strategies._shared import HIDDEN_PLACEHOLDER

@@ -270,7 +270,7 @@ def test_no_benchmark_imports_the_private_shared_helpers() -> None:
 def test_the_private_import_finder_finds_them(tmp_path: Path) -> None:
     sample = tmp_path / "plugin.py"
     sample.write_text(
-        "import ctxcompact._messages\n"
+        "import ctxcompact._history.messages\n"
         "from ctxcompact.strategies._shared import with_content\n"
         "from ctxcompact.cli import _replay\n"
         "from ctxcompact.kit import with_content as w\n"
@@ -279,7 +279,7 @@ def test_the_private_import_finder_finds_them(tmp_path: Path) -> None:
     )
     hits = private_imports(sample, root=tmp_path)
     assert [h.split(": ")[1] for h in hits] == [
-        "ctxcompact._messages",
+        "ctxcompact._history.messages",
         "ctxcompact.strategies._shared",
         "ctxcompact.cli._replay",
     ]

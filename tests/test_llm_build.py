@@ -9,7 +9,7 @@ import textwrap
 import pytest
 
 from ctxcompact import LLM, Message
-from ctxcompact._config import LLMConfig
+from ctxcompact._config.config import LLMConfig
 from ctxcompact.exceptions import AuthenticationError, ConfigError, ServerError
 from ctxcompact.llm import LOCAL_PLACEHOLDER_KEY, RetryEvent, build_llm
 from ctxcompact.llm.anthropic import AnthropicLLM
@@ -142,7 +142,7 @@ def test_a_missing_sdk_names_the_pip_line(sdk: str, module: str, provider: str) 
         import sys
         sys.modules[{sdk!r}] = None
         from ctxcompact.exceptions import MissingDependencyError
-        from ctxcompact._config import LLMConfig
+        from ctxcompact._config.config import LLMConfig
         from ctxcompact.llm import build_llm
         try:
             import {module}

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from ctxcompact._contract import LLM, CompactionContext, Completion
-from ctxcompact._loader import list_strategies, load_strategy
-from ctxcompact._messages import Message
+from ctxcompact._contract.protocols import LLM, CompactionContext, Completion
+from ctxcompact._history.messages import Message
+from ctxcompact._plugins.loader import list_strategies, load_strategy
 from ctxcompact.exceptions import StrategyLoadError
 
 WriteModule = Callable[[str, str], None]

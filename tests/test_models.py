@@ -7,7 +7,7 @@ import pytest
 
 import ctxcompact
 from ctxcompact import context_window, parse_context_error
-from ctxcompact._models import CONTEXT_WINDOWS
+from ctxcompact._tokens.windows import CONTEXT_WINDOWS
 from ctxcompact.exceptions import ConfigError
 
 

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from ctxcompact import Message, from_anthropic, from_openai
-from ctxcompact._pricing import PRICING, Pricing, message_time, provider
+from ctxcompact._tokens.pricing import PRICING, Pricing, message_time, provider
 from ctxcompact.cli import main
 from ctxcompact.replay import CacheMeter, replay
 from tests.helpers.traces import TRACES_DIR

@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from ctxcompact import Message, from_openai
-from ctxcompact._models import parse_context_error
+from ctxcompact._tokens.windows import parse_context_error
 from ctxcompact.store import MemoryStore, StoredOriginal, execute_recall
 from ctxcompact.strategies import Schema1Masking, _errors, _schema1, _summary
 from ctxcompact.strategies._shared import placeholder_pattern, render_placeholder

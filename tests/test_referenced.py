@@ -7,12 +7,12 @@ from collections.abc import Callable, Sequence
 import pytest
 
 from ctxcompact import CompactionController, HeuristicTokenCounter, Message, from_openai
-from ctxcompact._referenced import (
+from ctxcompact.replay import replay
+from ctxcompact.replay._referenced import (
     ReferencedReport,
     distinctive_tokens,
     removed_then_referenced,
 )
-from ctxcompact.replay import replay
 from ctxcompact.strategies import ToolResultHiding, ToolResultTruncation
 
 from .helpers.gen import assistant, call, tool, user

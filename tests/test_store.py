@@ -231,12 +231,12 @@ def test_records_of_short_lived_messages_never_mix_up_their_content() -> None:
     "module",
     [
         "store",
-        "_store_records",
-        "_store_memory",
-        "_store_sqlite",
-        "_store_removed",
-        "_store_recall",
-        "_referenced",
+        "store._records",
+        "store._memory",
+        "store._sqlite",
+        "store._removed",
+        "store._recall",
+        "replay._referenced",
     ],
 )
 def test_the_examples_in_the_docstrings_run(module: str) -> None:

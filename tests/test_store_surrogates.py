@@ -13,7 +13,6 @@ import httpx
 import pytest
 
 from ctxcompact import Agent, CompactionController, Completion, Message, ToolCall, check_history
-from ctxcompact._store_records import message_key
 from ctxcompact.exceptions import StoreError
 from ctxcompact.store import (
     RECALL_TOOL_NAME,
@@ -24,6 +23,7 @@ from ctxcompact.store import (
     execute_recall,
     summary_key,
 )
+from ctxcompact.store._records import message_key
 from ctxcompact.strategies import ToolResultHiding
 from ctxcompact.testing import LLMRequest, ScriptedLLM
 from tests.helpers.gen import assistant, call, system, tool, user

@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ctxcompact import HeuristicTokenCounter, Message, check_history
-from ctxcompact._contract import CompactionStrategy
+from ctxcompact._contract.protocols import CompactionStrategy
 from ctxcompact.exceptions import ContextBudgetError
 from ctxcompact.strategies import (
     ContextGuard,

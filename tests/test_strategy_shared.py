@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ctxcompact import HeuristicTokenCounter, Message, TextPart, TiktokenCounter, TokenCounter
-from ctxcompact._groups import tool_groups
+from ctxcompact._history.groups import tool_groups
 from ctxcompact.exceptions import ConfigError
 from ctxcompact.strategies._shared import (
     HEURISTIC_TOKENS_PER_EXTRA_BYTE,

@@ -11,7 +11,7 @@ from collections.abc import Callable
 import pytest
 
 from ctxcompact import HeuristicTokenCounter, Message, check_history, from_openai
-from ctxcompact._contract import CompactionStrategy
+from ctxcompact._contract.protocols import CompactionStrategy
 from ctxcompact.strategies import (
     ContextGuard,
     Pipeline,

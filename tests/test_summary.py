@@ -7,10 +7,10 @@ from collections.abc import Sequence
 
 import pytest
 
-from ctxcompact._contract import CompactionContext, Completion
-from ctxcompact._messages import Message
-from ctxcompact._tokens import HeuristicTokenCounter
-from ctxcompact._validate import check_history
+from ctxcompact._contract.protocols import CompactionContext, Completion
+from ctxcompact._history.messages import Message
+from ctxcompact._history.validate import check_history
+from ctxcompact._tokens.counters import HeuristicTokenCounter
 from ctxcompact.exceptions import (
     ConfigError,
     ContextTooLongError,
@@ -402,8 +402,8 @@ async def test_the_input_is_not_mutated_even_when_given_as_a_tuple() -> None:
 
 
 def test_the_loader_injects_the_llm_by_annotation_and_passes_params() -> None:
-    from ctxcompact._contract import LLM
-    from ctxcompact._loader import load_strategy
+    from ctxcompact._contract.protocols import LLM
+    from ctxcompact._plugins.loader import load_strategy
 
     llm = ScriptedLLM()
     for spec in ("llm-summary", "ctxcompact.strategies:LLMSummary", "hiding-then-summary"):
@@ -417,7 +417,7 @@ def test_the_loader_injects_the_llm_by_annotation_and_passes_params() -> None:
 
 
 async def test_under_the_controller_a_failure_keeps_the_history_and_a_success_replaces_it() -> None:
-    from ctxcompact._controller import CompactionController
+    from ctxcompact._controller.controller import CompactionController
 
     history = work_history()
     failing = CompactionController(
@@ -500,7 +500,7 @@ async def refused(answer: str | Message | Completion, **params: int) -> SummaryR
 
 async def test_a_million_character_reply_is_refused_and_the_controller_keeps_the_history() -> None:
     # The case: a server that ignores max_tokens took 1,605 tokens to 307,887.
-    from ctxcompact._controller import CompactionController
+    from ctxcompact._controller.controller import CompactionController
 
     history = big_history()
     reply = "word " * 200_000

@@ -9,11 +9,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ctxcompact._contract import CompactionContext, Completion
-from ctxcompact._messages import Message
-from ctxcompact._openai_format import from_openai
-from ctxcompact._tokens import HeuristicTokenCounter
-from ctxcompact._validate import check_history
+from ctxcompact._contract.protocols import CompactionContext, Completion
+from ctxcompact._formats.openai_chat import from_openai
+from ctxcompact._history.messages import Message
+from ctxcompact._history.validate import check_history
+from ctxcompact._tokens.counters import HeuristicTokenCounter
 from ctxcompact.exceptions import SummaryRejectedError
 from ctxcompact.strategies import HidingThenSummary, LLMSummary
 from ctxcompact.strategies._summary import SUMMARY_PREFIX

@@ -14,10 +14,10 @@ from ctxcompact import (
     Message,
     TiktokenCounter,
     TokenCounter,
-    _tokens,
     from_openai,
 )
-from ctxcompact._tokens import (
+from ctxcompact._tokens import counters as _tokens
+from ctxcompact._tokens.counters import (
     IMAGE_TOKENS,
     PER_MESSAGE_TOKENS,
     _char_weight,
@@ -223,7 +223,7 @@ def test_counter_from_config() -> None:
 
 
 def test_counter_from_a_real_config_object() -> None:
-    from ctxcompact._config import Config
+    from ctxcompact._config.config import Config
 
     config = Config.model_validate(
         {"compaction": {"max_context_size": 100_000}, "token_counting": {"method": "tiktoken"}}

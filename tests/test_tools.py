@@ -10,7 +10,7 @@ import pytest
 from pydantic import BaseModel
 
 from ctxcompact import Tool, ToolSpec
-from ctxcompact._tools import ToolResult, tool
+from ctxcompact._contract.tools import ToolResult, tool
 from ctxcompact.exceptions import UserError
 
 

@@ -10,10 +10,9 @@ from __future__ import annotations
 
 from importlib.metadata import PackageNotFoundError, version
 
-from ._agent import Agent, CompactionRecord
-from ._anthropic_format import from_anthropic, to_anthropic
-from ._config import Config, LLMConfig, load_config
-from ._contract import (
+from ._agent.agent import Agent, CompactionRecord
+from ._config.config import Config, LLMConfig, load_config
+from ._contract.protocols import (
     LLM,
     CompactionContext,
     CompactionOutput,
@@ -25,7 +24,8 @@ from ._contract import (
     Usage,
     WindowedLLM,
 )
-from ._controller import (
+from ._contract.tools import Tool, ToolResult, tool
+from ._controller.controller import (
     CompactionController,
     CompactionEvent,
     CompactionResult,
@@ -33,17 +33,17 @@ from ._controller import (
     PreparedRequest,
     Step,
 )
-from ._conversations import read_conversation
-from ._groups import ToolGroup, tool_groups
-from ._loader import ParamInfo, StrategyInfo, list_strategies, load_strategy
-from ._messages import ImagePart, Message, RawPart, TextPart, ToolCall
-from ._models import context_window, parse_context_error
-from ._openai_format import from_openai, to_openai
-from ._responses_format import from_responses, to_responses
-from ._responses_items import looks_like_responses
-from ._tokens import HeuristicTokenCounter, TiktokenCounter, TokenCounter
-from ._tools import Tool, ToolResult, tool
-from ._validate import HistoryProblem, check_history
+from ._formats.anthropic import from_anthropic, to_anthropic
+from ._formats.files import read_conversation
+from ._formats.openai_chat import from_openai, to_openai
+from ._formats.responses import from_responses, to_responses
+from ._formats.responses_items import looks_like_responses
+from ._history.groups import ToolGroup, tool_groups
+from ._history.messages import ImagePart, Message, RawPart, TextPart, ToolCall
+from ._history.validate import HistoryProblem, check_history
+from ._plugins.loader import ParamInfo, StrategyInfo, list_strategies, load_strategy
+from ._tokens.counters import HeuristicTokenCounter, TiktokenCounter, TokenCounter
+from ._tokens.windows import context_window, parse_context_error
 from ._wiring import Wiring, wire
 
 try:

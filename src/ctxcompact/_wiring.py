@@ -12,16 +12,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ._contract import LLM, CompactionStrategy, Dependencies, needs_llm
-from ._loader import load_strategy
-from ._models import context_window
-from ._store_memory import MemoryStore
-from ._store_recall import DEFAULT_RECALL_TEMPLATE
-from ._store_sqlite import SQLiteStore
-from ._tokens import TokenCounter, counter_from_config
+from ._contract.protocols import LLM, CompactionStrategy, Dependencies, needs_llm
+from ._plugins.loader import load_strategy
+from ._tokens.counters import TokenCounter, counter_from_config
+from ._tokens.windows import context_window
 from .exceptions import ConfigError, LLMRequiredError, StoreError
 from .llm import CircuitBreakerLLM, build_llm
 from .llm._base import SDKAdapter
+from .store._memory import MemoryStore
+from .store._recall import DEFAULT_RECALL_TEMPLATE
+from .store._sqlite import SQLiteStore
 from .strategies._guard import ContextGuard
 from .strategies._schema1 import Schema1Masking
 from .strategies._truncation import ToolResultTruncation
@@ -29,8 +29,8 @@ from .strategies._truncation import ToolResultTruncation
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-    from ._config import Config, LLMConfig
-    from ._store_records import OriginalsStore
+    from ._config.config import Config, LLMConfig
+    from .store._records import OriginalsStore
 
 __all__ = [
     "Wiring",
@@ -223,7 +223,7 @@ def wire(
 
 def build_llm_with_window(llm_config: LLMConfig, models: Mapping[str, int] | None = None) -> LLM:
     """The adapter ``llm_config`` describes, stating its model's own window
-    (:class:`~ctxcompact._contract.WindowedLLM`): ``context_window`` when configured, else the
+    (:class:`~ctxcompact.WindowedLLM`): ``context_window`` when configured, else the
     model table's (:func:`ctxcompact.context_window`, with the ``[models]`` overrides), else
     unknown. A summarizer bounds its
     request and answer by it, not by the agent's window."""
@@ -251,7 +251,7 @@ def build_summarizer(llm_config: LLMConfig, models: Mapping[str, int] | None = N
 
 
 def require_llm(strategy: object, spec: str, where: str | None = None) -> None:
-    """Fail at setup when ``strategy`` needs an LLM (:class:`~ctxcompact._contract.NeedsLLM`)
+    """Fail at setup when ``strategy`` needs an LLM (:class:`~ctxcompact.NeedsLLM`)
     and none is offered, rather than at its first compaction.
 
     Raises:

@@ -37,14 +37,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ._groups import ToolGroup, tool_groups
+from ._history.groups import ToolGroup, tool_groups
 from .strategies import _errors, _shared
 
 if TYPE_CHECKING:
     import re
     from collections.abc import Callable, Collection, Sequence
 
-    from ._messages import Message
+    from ._history.messages import Message
 
 HIDDEN_PLACEHOLDER: str = _shared.HIDDEN_PLACEHOLDER
 """KLIP-13's placeholder for a hidden tool result (``ToolResultHiding``'s default)."""

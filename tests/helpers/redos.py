@@ -19,12 +19,13 @@ from dataclasses import dataclass, replace
 from functools import cache
 from typing import Any
 
-from ctxcompact import _models, from_openai
-from ctxcompact._models import context_window, parse_context_error
-from ctxcompact._referenced import distinctive_tokens
-from ctxcompact._store_recall import _LineFilter
+from ctxcompact import from_openai
+from ctxcompact._tokens import windows as _models
+from ctxcompact._tokens.windows import context_window, parse_context_error
 from ctxcompact.proxy._redact import _SAFE_ERRORS
+from ctxcompact.replay._referenced import distinctive_tokens
 from ctxcompact.store import DEFAULT_RECALL_TEMPLATE
+from ctxcompact.store._recall import _LineFilter
 from ctxcompact.strategies import _errors, _fit, _summary, _truncation
 from ctxcompact.strategies._shared import (
     HIDDEN_PLACEHOLDER,

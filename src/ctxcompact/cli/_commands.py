@@ -11,9 +11,9 @@ import asyncio
 import sys
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from .._loader import list_strategies
-from .._pricing import Pricing, provider
-from .._validate import check_history
+from .._history.validate import check_history
+from .._plugins.loader import list_strategies
+from .._tokens.pricing import Pricing, provider
 from ..replay import FileReplay, ReplayStats, replay
 from . import params_for
 from ._io import CliError, Conversation, load_demo, read_conversation, write_conversation
@@ -32,8 +32,8 @@ if TYPE_CHECKING:
     import argparse
     from collections.abc import Awaitable, Sequence
 
-    from .._controller import CompactionEvent
-    from .._messages import Message
+    from .._controller.controller import CompactionEvent
+    from .._history.messages import Message
 
 __all__ = ["run_apply", "run_replay", "run_strategies", "run_validate"]
 

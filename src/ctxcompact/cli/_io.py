@@ -1,6 +1,6 @@
 """Reading and writing conversation files for the command line: CLI errors, the demo.
 
-Reading and format detection live in :mod:`ctxcompact._conversations` (OpenAI JSON list or
+Reading and format detection live in :mod:`ctxcompact._formats.files` (OpenAI JSON list or
 body, JSON Lines, Anthropic body, Claude Code session logs, Responses items and Codex
 rollouts); here its errors become
 :class:`CliError` (one line, exit 2) and results are written back in the input's format.
@@ -14,16 +14,16 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
-from .._anthropic_format import to_anthropic
-from .._conversations import FORMATS, Conversation, Format
-from .._conversations import load_conversation as _load
-from .._conversations import parse_conversation as _parse
-from .._conversations_responses import dump_responses
-from .._openai_format import to_openai
+from .._formats.anthropic import to_anthropic
+from .._formats.files import FORMATS, Conversation, Format
+from .._formats.files import load_conversation as _load
+from .._formats.files import parse_conversation as _parse
+from .._formats.openai_chat import to_openai
+from .._formats.responses_files import dump_responses
 from ..exceptions import ConversationFileError, CtxCompactError
 
 if TYPE_CHECKING:
-    from .._messages import Message
+    from .._history.messages import Message
 
 __all__ = [
     "DEMO_NAME",

@@ -11,7 +11,7 @@ if TYPE_CHECKING:
     import argparse
     from collections.abc import Callable, Sequence
 
-    from .._messages import Message
+    from .._history.messages import Message
     from ._io import Conversation
     from ._setup import Setup
 

@@ -6,7 +6,7 @@ import logging
 import sys
 from typing import TYPE_CHECKING
 
-from .._config import Config, load_config
+from .._config.config import Config, load_config
 from ._setup import DEFAULT_STRATEGY
 
 if TYPE_CHECKING:

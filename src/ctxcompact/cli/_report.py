@@ -11,7 +11,7 @@ import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .._pricing import Pricing
+from .._tokens.pricing import Pricing
 from ..replay import FileReplay, ReplayStats
 from ._plot import plot_replays, require_matplotlib
 

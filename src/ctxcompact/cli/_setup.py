@@ -7,14 +7,14 @@ import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .._config import Config, load_config
-from .._controller import CompactionController
+from .._config.config import Config, load_config
+from .._controller.controller import CompactionController
 from .._defaults import REPLAY_MAX_CONTEXT_SIZE, REPLAY_RESERVED_CONTEXT_SIZE
-from .._loader import load_strategy
-from .._store_memory import MemoryStore
-from .._tokens import counter_from_config
+from .._plugins.loader import load_strategy
+from .._tokens.counters import counter_from_config
 from .._wiring import build_llm_with_window, offered_dependencies, require_llm, wire
 from ..replay import MemoCounter, MeteredLLM
+from ..store._memory import MemoryStore
 from ._io import CliError
 
 if sys.version_info >= (3, 11):

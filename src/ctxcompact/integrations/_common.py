@@ -5,13 +5,13 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import TYPE_CHECKING, Any
 
-from .._controller import CompactionController, ControllerState
+from .._controller.controller import CompactionController, ControllerState
 
 if TYPE_CHECKING:
     from collections.abc import Hashable, Sequence
 
-    from .._contract import CompactionStrategy
-    from .._messages import Message
+    from .._contract.protocols import CompactionStrategy
+    from .._history.messages import Message
 
 __all__ = ["Conversations"]
 

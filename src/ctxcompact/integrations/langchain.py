@@ -47,7 +47,7 @@ try:
 except ImportError as exc:  # pragma: no cover - exercised in a subprocess test
     raise MissingDependencyError("ctxcompact.integrations.langchain", "langchain") from exc
 
-from .._messages import Message, RawPart, TextPart, ToolCall
+from .._history.messages import Message, RawPart, TextPart, ToolCall
 from ._common import Conversations
 
 if TYPE_CHECKING:
@@ -55,9 +55,9 @@ if TYPE_CHECKING:
 
     from langgraph.runtime import Runtime
 
-    from .._contract import LLM, CompactionStrategy
-    from .._controller import CompactionEvent
-    from .._tokens import TokenCounter
+    from .._contract.protocols import LLM, CompactionStrategy
+    from .._controller.controller import CompactionEvent
+    from .._tokens.counters import TokenCounter
 
 __all__ = ["CompactionMiddleware", "from_history", "to_history"]
 

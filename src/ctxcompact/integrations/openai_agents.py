@@ -35,9 +35,9 @@ try:
 except ImportError as exc:  # pragma: no cover - exercised in a subprocess test
     raise MissingDependencyError("ctxcompact.integrations.openai_agents", "openai-agents") from exc
 
-from .._controller import CompactionController, ControllerState
-from .._format_common import copy_json
-from .._responses_format import from_responses, to_responses
+from .._controller.controller import CompactionController, ControllerState
+from .._formats.common import copy_json
+from .._formats.responses import from_responses, to_responses
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
@@ -45,9 +45,9 @@ if TYPE_CHECKING:
     from agents import Session, TResponseInputItem
     from agents.memory import SessionSettings
 
-    from .._contract import LLM, CompactionStrategy
-    from .._controller import CompactionEvent
-    from .._tokens import TokenCounter
+    from .._contract.protocols import LLM, CompactionStrategy
+    from .._controller.controller import CompactionEvent
+    from .._tokens.counters import TokenCounter
 
 __all__ = ["CompactingSession", "CompactionFilter"]
 

@@ -45,15 +45,15 @@ except ImportError as exc:  # pragma: no cover - exercised in a subprocess test
     )
     raise MissingDependencyError(what, "pydantic-ai") from exc
 
-from .._messages import Message, RawPart, TextPart, ToolCall
+from .._history.messages import Message, RawPart, TextPart, ToolCall
 from ._common import Conversations
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
-    from .._contract import LLM, CompactionStrategy
-    from .._controller import CompactionEvent
-    from .._tokens import TokenCounter
+    from .._contract.protocols import LLM, CompactionStrategy
+    from .._controller.controller import CompactionEvent
+    from .._tokens.counters import TokenCounter
 
 __all__ = ["CompactingProcessor", "from_history", "history_processor", "to_history"]
 

@@ -24,8 +24,8 @@ from ._retry import RetryCallback, RetryEvent
 if TYPE_CHECKING:
     import httpx2
 
-    from .._config import LLMConfig
-    from .._contract import LLM
+    from .._config.config import LLMConfig
+    from .._contract.protocols import LLM
     from .anthropic import AnthropicLLM
     from .openai import OpenAIChatLLM
 
@@ -75,7 +75,7 @@ def build_llm(
         ConfigError: an unknown provider.
 
     Example:
-        >>> from ctxcompact._config import LLMConfig
+        >>> from ctxcompact._config.config import LLMConfig
         >>> cfg = LLMConfig(provider="openai", model="llama", base_url="http://127.0.0.1:8080/v1",
         ...     api_key_env="NO_SUCH_VAR")
         >>> build_llm(cfg)

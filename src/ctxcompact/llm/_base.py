@@ -40,7 +40,7 @@ class SDKAdapter(Generic[ClientT]):
     provider: ClassVar[str]
     sdk_errors: ClassVar[SdkErrors]
     context_window: int | None = None
-    """The model's own window (``WindowedLLM``); :func:`ctxcompact._wiring.wire` sets it."""
+    """The model's own window (``WindowedLLM``); :func:`ctxcompact.wire` sets it."""
 
     def __init__(
         self,

@@ -41,8 +41,8 @@ from ..exceptions import LLMError, LLMUnavailableError
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Sequence
 
-    from .._contract import LLM, Completion, ToolSpec
-    from .._messages import Message
+    from .._contract.protocols import LLM, Completion, ToolSpec
+    from .._history.messages import Message
 
 __all__ = [
     "BreakerState",

@@ -15,15 +15,15 @@ try:
 except ImportError as exc:  # pragma: no cover - exercised in a subprocess test
     raise MissingDependencyError("ctxcompact.llm.anthropic (AnthropicLLM)", "anthropic") from exc
 
-from .._anthropic_format import from_anthropic, to_anthropic
-from .._contract import Completion, ToolSpec, Usage
+from .._contract.protocols import Completion, ToolSpec, Usage
+from .._formats.anthropic import from_anthropic, to_anthropic
 from ._base import SDKAdapter
 from ._errors import SdkErrors
 
 if TYPE_CHECKING:
     import httpx2
 
-    from .._messages import Message
+    from .._history.messages import Message
     from ._retry import RetryCallback
 
 __all__ = ["DEFAULT_MAX_TOKENS", "AnthropicLLM"]

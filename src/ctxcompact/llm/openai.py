@@ -17,15 +17,15 @@ try:
 except ImportError as exc:  # pragma: no cover - exercised in a subprocess test
     raise MissingDependencyError("ctxcompact.llm.openai (OpenAIChatLLM)", "openai") from exc
 
-from .._contract import Completion, ToolSpec, Usage
-from .._openai_format import from_openai, to_openai
+from .._contract.protocols import Completion, ToolSpec, Usage
+from .._formats.openai_chat import from_openai, to_openai
 from ._base import SDKAdapter
 from ._errors import SdkErrors
 
 if TYPE_CHECKING:
     import httpx2
 
-    from .._messages import Message
+    from .._history.messages import Message
     from ._retry import RetryCallback
 
 __all__ = ["OpenAIChatLLM"]

@@ -12,7 +12,7 @@ import contextlib
 import gc
 from typing import TYPE_CHECKING
 
-from .._controller import CompactionController
+from .._controller.controller import CompactionController
 from .._wiring import wire
 from ..exceptions import MissingDependencyError
 
@@ -22,9 +22,9 @@ if TYPE_CHECKING:
     import httpx
     from starlette.applications import Starlette
 
-    from .._config import Config
-    from .._contract import LLM, CompactionStrategy
-    from .._tokens import TokenCounter
+    from .._config.config import Config
+    from .._contract.protocols import LLM, CompactionStrategy
+    from .._tokens.counters import TokenCounter
 
 __all__ = ["Rewriter", "create_app", "parse_body", "serve"]
 

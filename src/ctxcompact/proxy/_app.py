@@ -21,7 +21,7 @@ from starlette.requests import ClientDisconnect
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from .._events import strategy_name
+from .._controller.events import strategy_name
 from ._callers import caller_namespace
 from ._json import BodyError, check_charset, encode_body, parse_body
 from ._recall import CALLER

@@ -27,7 +27,7 @@ import secrets
 from typing import TYPE_CHECKING
 from urllib.parse import parse_qsl
 
-from .._store_records import credential_namespace
+from ..store._records import credential_namespace
 
 if TYPE_CHECKING:
     from collections.abc import Iterable

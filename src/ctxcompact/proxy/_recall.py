@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 import httpx
 from starlette.responses import JSONResponse, Response
 
-from .._store_recall import (
+from ..store._recall import (
     RECALL_TOOL_NAME,
     execute_recall,
     recall_tool_spec_anthropic,
@@ -40,7 +40,7 @@ if TYPE_CHECKING:
 
     from starlette.applications import Starlette
 
-    from .._store_records import OriginalsStore
+    from ..store._records import OriginalsStore
     from ._rewrite import RewriteReport
 
 __all__ = [

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-from .._store_recall import RECALL_TOOL_NAME
+from ..store._recall import RECALL_TOOL_NAME
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator

@@ -13,12 +13,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .._responses_format import from_responses, to_responses
+from .._formats.responses import from_responses, to_responses
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
-    from .._messages import Message
+    from .._history.messages import Message
 
 __all__ = ["responses_codec"]
 

@@ -23,9 +23,9 @@ from typing import TYPE_CHECKING
 
 import httpx
 
-from .._contract import CompactionContext
-from .._models import parse_context_error
-from .._validate import check_history
+from .._contract.protocols import CompactionContext
+from .._history.validate import check_history
+from .._tokens.windows import parse_context_error
 from ..strategies._guard import ContextGuard
 from ._json import BodyError, parse_body
 from ._rewrite import RewriteReport, codec, dumps, max_output_tokens
@@ -33,8 +33,8 @@ from ._rewrite import RewriteReport, codec, dumps, max_output_tokens
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable, Callable
 
-    from .._config import Config
-    from .._tokens import TokenCounter
+    from .._config.config import Config
+    from .._tokens.counters import TokenCounter
     from ._rewrite import Body
 
 __all__ = [

@@ -17,14 +17,14 @@ import hashlib
 import logging
 from typing import TYPE_CHECKING
 
-from .._store_records import message_key
-from .._validate import check_history
+from .._history.validate import check_history
+from ..store._records import message_key
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from .._messages import Message
-    from .._store_records import OriginalsStore
+    from .._history.messages import Message
+    from ..store._records import OriginalsStore
 
 __all__ = ["prefix_keys", "remember_rewrite", "reuse_rewrites"]
 

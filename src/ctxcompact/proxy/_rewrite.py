@@ -14,10 +14,10 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeAlias
 
-from .._anthropic_format import from_anthropic, to_anthropic
-from .._controller import CompactionController, ControllerState
-from .._events import strategy_name
-from .._openai_format import from_openai, to_openai
+from .._controller.controller import CompactionController, ControllerState
+from .._controller.events import strategy_name
+from .._formats.anthropic import from_anthropic, to_anthropic
+from .._formats.openai_chat import from_openai, to_openai
 from ._recall import CALLER
 from ._responses import responses_codec
 from ._reuse import remember_rewrite, reuse_rewrites
@@ -25,7 +25,7 @@ from ._reuse import remember_rewrite, reuse_rewrites
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
-    from .._messages import Message
+    from .._history.messages import Message
     from ._recall import Recall
 
 __all__ = ["Codec", "RewriteReport", "Rewriter", "codec", "max_output_tokens"]

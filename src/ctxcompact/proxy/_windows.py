@@ -14,7 +14,7 @@ import dataclasses
 import logging
 from typing import TYPE_CHECKING
 
-from .._controller import CompactionController
+from .._controller.controller import CompactionController
 from .._wiring import build_transforms
 from ..exceptions import ConfigError
 

@@ -12,16 +12,16 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-from .._groups import tool_groups
-from .._tokens import HeuristicTokenCounter, TokenCounter
+from .._history.groups import tool_groups
+from .._tokens.counters import HeuristicTokenCounter, TokenCounter
 from ..exceptions import ConfigError
 from ._shared import batched_boundary, check_int, validate_template
 
 if TYPE_CHECKING:
     from collections.abc import Collection, Sequence
 
-    from .._contract import CompactionContext
-    from .._messages import Message, ToolCall
+    from .._contract.protocols import CompactionContext
+    from .._history.messages import Message, ToolCall
 
 __all__ = ["INPUT_MARKER", "ArgumentClearer", "ToolInputClearing", "clearer_for"]
 

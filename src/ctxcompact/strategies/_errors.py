@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 
-from .._messages import Message, TextPart
+from .._history.messages import Message, TextPart
 
 __all__ = ["clear_error_cache", "error_reason", "is_error_result", "looks_like_error"]
 

@@ -15,8 +15,8 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from .._groups import tool_groups
-from .._messages import Message, TextPart
+from .._history.groups import tool_groups
+from .._history.messages import Message, TextPart
 from ..exceptions import ContextBudgetError
 from ._cut import cut_message, shrink, water_fill
 from ._shared import call_names, with_content

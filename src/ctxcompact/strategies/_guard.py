@@ -23,9 +23,9 @@ from ._truncation import ToolResultTruncation
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
-    from .._contract import CompactionContext
-    from .._messages import Message
-    from .._tokens import TokenCounter
+    from .._contract.protocols import CompactionContext
+    from .._history.messages import Message
+    from .._tokens.counters import TokenCounter
 
 __all__ = ["DEFAULT_RESERVE_TOKENS", "DROP_MARKER", "TRIGGERED_FILL", "ContextGuard"]
 

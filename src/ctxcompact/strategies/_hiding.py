@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .._groups import ToolGroup, tool_groups
-from .._messages import Message, TextPart
-from .._tokens import HeuristicTokenCounter, TokenCounter
+from .._history.groups import ToolGroup, tool_groups
+from .._history.messages import Message, TextPart
+from .._tokens.counters import HeuristicTokenCounter, TokenCounter
 from ..exceptions import ConfigError
 from ._clear_inputs import clearer_for
 from ._shared import (
@@ -22,7 +22,7 @@ from ._shared import (
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from .._contract import CompactionContext
+    from .._contract.protocols import CompactionContext
 
 __all__ = ["ToolResultHiding"]
 

@@ -13,7 +13,7 @@ import logging
 from typing import TYPE_CHECKING, Literal
 
 # LLM is needed at run time, not only for typing: the loader injects by resolved annotation.
-from .._contract import LLM  # noqa: TC001
+from .._contract.protocols import LLM  # noqa: TC001
 from ..exceptions import (
     ConfigError,
     LLMError,
@@ -28,9 +28,9 @@ from ._summary import SUMMARY_PROMPT, LLMSummary
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from .._contract import CompactionContext, ToolSpec
-    from .._messages import Message
-    from .._tokens import TokenCounter
+    from .._contract.protocols import CompactionContext, ToolSpec
+    from .._history.messages import Message
+    from .._tokens.counters import TokenCounter
 
 __all__ = ["HidingThenSummary"]
 

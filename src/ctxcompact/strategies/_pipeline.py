@@ -7,13 +7,13 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from .._contract import Dependencies, needs_llm
-from .._loader import load_strategy
+from .._contract.protocols import Dependencies, needs_llm
+from .._plugins.loader import load_strategy
 from ..exceptions import ConfigError, LLMUnavailableError
 
 if TYPE_CHECKING:
-    from .._contract import CompactionContext, CompactionStrategy
-    from .._messages import Message
+    from .._contract.protocols import CompactionContext, CompactionStrategy
+    from .._history.messages import Message
 
 __all__ = ["Pipeline"]
 

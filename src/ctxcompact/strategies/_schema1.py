@@ -18,9 +18,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
-from .._groups import tool_groups
-from .._messages import Message, ToolCall, construct
-from .._tokens import HeuristicTokenCounter, TokenCounter
+from .._history.groups import tool_groups
+from .._history.messages import Message, ToolCall, construct
+from .._tokens.counters import HeuristicTokenCounter, TokenCounter
 from ..exceptions import ConfigError
 from ._clear_inputs import ArgumentClearer, clearer_for
 from ._errors import looks_like_error
@@ -40,7 +40,7 @@ from ._shared import (
 )
 
 if TYPE_CHECKING:
-    from .._contract import CompactionContext
+    from .._contract.protocols import CompactionContext
 
 __all__ = ["ChatMessage", "MaskPolicy", "Schema1Masking", "mask_old_tool_results"]
 

@@ -13,15 +13,15 @@ import string
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
-from .._messages import Message, with_content
-from .._tokens import HeuristicTokenCounter, TiktokenCounter
+from .._history.messages import Message, with_content
+from .._tokens.counters import HeuristicTokenCounter, TiktokenCounter
 from ..exceptions import ConfigError
 from ._errors import is_error_result  # re-exported: benchmarks/bench_replay.py imports it here
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Collection, Iterable, Sequence
 
-    from .._tokens import TokenCounter
+    from .._tokens.counters import TokenCounter
 
 __all__ = [
     "HEURISTIC_TOKENS_PER_EXTRA_BYTE",
@@ -271,7 +271,7 @@ def old_groups_end(history: Sequence[Message], keep: int) -> int:
     """Where the ``keep`` newest tool-call groups start (``len(history)`` when ``keep`` is 0).
 
     ``0`` when there are fewer than ``keep`` groups, so nothing is old. Groups are
-    counted as :func:`ctxcompact._groups.tool_groups` counts them (one per assistant message
+    counted as :func:`ctxcompact.tool_groups` counts them (one per assistant message
     with calls), scanning back from the end only as far as needed.
     """
     if keep <= 0:
@@ -289,7 +289,7 @@ def old_groups_end(history: Sequence[Message], keep: int) -> int:
 def group_results(history: Sequence[Message], stop: int) -> list[int]:
     """Indices of the tool results of every group that starts before ``stop``.
 
-    The same indices as the ``result_indices`` of :func:`ctxcompact._groups.tool_groups`,
+    The same indices as the ``result_indices`` of :func:`ctxcompact.tool_groups`,
     in one tight pass: hiding thousands of results must cost little more than copying the
     list (see ``benchmarks/bench_strategies.py``).
     """

@@ -20,9 +20,9 @@ import re
 from typing import TYPE_CHECKING
 
 # LLM is needed at run time, not only for typing: the loader injects by resolved annotation.
-from .._contract import LLM, has_context_window
-from .._groups import tool_groups
-from .._messages import ImagePart, Message, TextPart
+from .._contract.protocols import LLM, has_context_window
+from .._history.groups import tool_groups
+from .._history.messages import ImagePart, Message, TextPart
 from ..exceptions import (
     CompactionError,
     ContextTooLongError,
@@ -34,8 +34,8 @@ from ._shared import check_int
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from .._contract import CompactionContext, Completion, ToolSpec
-    from .._tokens import TokenCounter
+    from .._contract.protocols import CompactionContext, Completion, ToolSpec
+    from .._tokens.counters import TokenCounter
 
 __all__ = [
     "ALIGNED_SUMMARY_HEAD",
@@ -153,7 +153,7 @@ class LLMSummary:
         max_preserved_messages: User/assistant messages kept verbatim at the end (>= 0).
         max_summary_tokens: The summarizer's ``max_tokens``; the prompt asks for fewer words.
             When the summarizer states its own window (``context_window``, see
-            :class:`~ctxcompact._contract.WindowedLLM`: ``[compaction.llm] context_window``
+            :class:`~ctxcompact.WindowedLLM`: ``[compaction.llm] context_window``
             or the model table), at most a quarter of that window is asked for.
         max_input_tokens: Budget of the summarizer's whole request (``None``: the
             summarizer's own window when it states one, else the context's

@@ -5,14 +5,14 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
-from .._messages import Message, TextPart
+from .._history.messages import Message, TextPart
 from ..exceptions import ConfigError
 from ._shared import check_int, with_content
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from .._contract import CompactionContext
+    from .._contract.protocols import CompactionContext
 
 __all__ = ["TRUNCATION_MARKER", "ToolResultTruncation"]
 

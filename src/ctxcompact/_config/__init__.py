@@ -1,0 +1,1 @@
+"""The TOML configuration: validated models, worded errors, derived tables."""

@@ -1,0 +1,1 @@
+"""The contracts outsiders implement or call: strategies, LLMs, tools."""

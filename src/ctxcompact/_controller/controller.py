@@ -1,0 +1,644 @@
+"""The trigger controller: *when* to compact, and a safe run of the strategy that says *how*.
+
+Results are returned, never left on the controller: :meth:`CompactionController.compact`
+gives a :class:`CompactionResult`, :meth:`~CompactionController.prepare` a
+:class:`PreparedRequest`, :meth:`~CompactionController.step` both for one model call. What a
+conversation accumulates between calls (the running token count, the loop guards) lives in a
+:class:`ControllerState`; the controller keeps one for the single-conversation case, and
+callers serving many conversations at once (the proxy) pass their own.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
+
+from .._contract.protocols import CompactionContext, CompactionStrategy
+from .._defaults import (
+    DEFAULT_MAX_FAILURES,
+    DEFAULT_MIN_PROGRESS,
+    DEFAULT_RESERVED_CONTEXT_SIZE,
+    TRIGGER_RATIO_RANGE,
+)
+from .._tokens.counters import HeuristicTokenCounter, TokenCounter
+from .._wiring import Wiring, wire
+from ..exceptions import ConfigError, CtxCompactError, LLMUnavailableError, UserError
+from ..llm._breaker import LLMOutages, watch_outages
+from ..store._records import DEFAULT_NAMESPACE
+from .events import (
+    CompactionEvent,
+    CompactionResult,
+    EventStatus,
+    PreparedRequest,
+    Step,
+    Trigger,
+    rejection,
+    same_messages,
+    strategy_name,
+)
+from .running_count import RunningCount
+from .store_hook import ProducedMessages, StoreHook
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from .._config.config import Config
+    from .._contract.protocols import LLM, ToolSpec, Usage
+    from .._history.messages import Message
+    from ..store._records import OriginalsStore
+
+__all__ = [
+    "CompactionController",
+    "CompactionEvent",
+    "CompactionResult",
+    "ControllerState",
+    "EventStatus",
+    "PreparedRequest",
+    "Step",
+    "Trigger",
+]
+
+logger = logging.getLogger("ctxcompact.controller")
+
+EventCallback = Callable[[CompactionEvent], object]
+
+
+class ControllerState:
+    """What one conversation accumulates between calls: token counts and loop guards.
+
+    A controller owns one (``controller.state``) and uses it unless a call passes another,
+    so one controller can serve many conversations at once, each with its own state (the
+    proxy passes a fresh one per request: it is stateless by design).
+
+    Example:
+        >>> state = ControllerState()
+        >>> state.failures, state.retry_at
+        (0, None)
+    """
+
+    __slots__ = (
+        "count",
+        "failures",
+        "last_call",
+        "last_status",
+        "namespace",
+        "produced",
+        "retry_at",
+    )
+
+    def __init__(self, *, namespace: str | None = None) -> None:
+        self.count = RunningCount()
+        self.failures = 0
+        self.retry_at: int | None = None  # estimate the history must reach before a retry
+        self.last_status: EventStatus | None = None
+        self.produced = ProducedMessages()  # placeholders and summaries: never originals
+        self.namespace = namespace
+        """Whose originals this conversation's are in an attached store (``None``: the
+        controller's ``store_namespace``); the proxy gives each caller its own."""
+        self.last_call: float | None = None  # the controller's clock at the last model call
+
+    def reset(self) -> None:
+        """Start afresh: close the circuit, drop the min-progress wait, forget counts, usage,
+        the last call's time (a new conversation is no cold cache) and what was produced."""
+        self.count.reset()
+        self.failures = 0
+        self.retry_at = None
+        self.last_call = None
+        self.last_status = None
+        self.produced = ProducedMessages()
+
+
+class CompactionController:
+    """Decides when a history must be compacted and runs the strategy safely.
+
+    It fires when ``token_count + reserved_context_size >= max_context_size`` (the KLIP-13
+    rule), with ``trigger_ratio`` also when ``token_count >= trigger_ratio *
+    max_context_size``, and with ``max_messages`` also when the history has more messages
+    than that. A run never loses history: output that breaks tool-call pairing (a
+    ``check_history`` problem its input did not have) is rejected and an exception keeps the
+    original; both are reported in the returned event, to ``on_event`` and to the
+    ``ctxcompact.controller`` logger.
+
+    Loop guards: when a run saves less than ``min_progress`` of the (estimated) tokens, the
+    controller waits until the history has grown by that fraction before trying again;
+    after ``max_failures`` consecutive failures (raised or rejected) the circuit opens and
+    triggered runs stop. ``compact(force=True)`` (the provider said the context is too long)
+    bypasses both guards; its success closes the circuit. :meth:`reset` clears them.
+
+    Args:
+        strategy: How to rewrite the history.
+        max_context_size: The model's window in tokens.
+        reserved_context_size: Tokens kept free for the answer and the next tool results.
+        trigger_ratio: Also fire at this fraction of the window, 0.5 to 0.99 (``None``:
+            only the threshold rule).
+        max_messages: Also fire when the history has more messages than this.
+        token_counter: Estimates messages (default :class:`HeuristicTokenCounter`).
+        llm: Passed to the strategy in the context.
+        transforms: Per-request strategies applied by :meth:`prepare`.
+        on_event: Called with every event (exceptions it raises are logged, not raised).
+        min_progress: Minimum fraction of tokens a run must save to be retried at once.
+        max_failures: Consecutive failures that open the circuit.
+        store: An originals store (:mod:`ctxcompact.store`): every message a compaction or
+            a transform removes from what the model sees is recorded there, by tool-call id.
+            A store failure never blocks a rewrite: it is logged at WARNING and reported in
+            ``CompactionResult.store_error`` / ``PreparedRequest.store_error``.
+        store_namespace: Whose originals these are in the store.
+        recall_placeholder: With a store, a template (``{tool_call_id}``, ``{tool_name}``)
+            that every hidden or masked tool result shows instead of the strategy's own
+            placeholder, so the model knows how to recall it (``None``: the strategies'
+            placeholders stay). See :mod:`ctxcompact._controller.store_hook` for the rules.
+        cache_ttl: Seconds after which the provider's prompt cache is cold: when more than
+            this has passed since the last model call (:meth:`step` or
+            :meth:`observe_usage`), the next :meth:`compact` runs the strategy even below
+            the trigger (trigger ``cold``), since rewriting the prefix then breaks no cache.
+            The result is kept only if it saves at least ``min_progress`` of the tokens;
+            otherwise it is a ``noop`` (not a failure). ``None``: off.
+        clock: The time source for ``cache_ttl`` (seconds; a replay passes the recording's).
+
+    Example:
+        >>> from ctxcompact import Message
+        >>> from ctxcompact.testing import FunctionStrategy
+        >>> keep_last = FunctionStrategy(lambda ctx: list(ctx.history[-1:]))
+        >>> controller = CompactionController(
+        ...     keep_last, max_context_size=60, reserved_context_size=10
+        ... )
+        >>> history = [Message.user("x" * 200), Message.user("short")]
+        >>> import asyncio
+        >>> result = asyncio.run(controller.compact(history))
+        >>> result.event.status, [m.text for m in result.history]
+        ('compacted', ['short'])
+    """
+
+    def __init__(
+        self,
+        strategy: CompactionStrategy,
+        *,
+        max_context_size: int,
+        reserved_context_size: int = DEFAULT_RESERVED_CONTEXT_SIZE,
+        trigger_ratio: float | None = None,
+        max_messages: int | None = None,
+        token_counter: TokenCounter | None = None,
+        llm: LLM | None = None,
+        transforms: Sequence[CompactionStrategy] = (),
+        on_event: EventCallback | None = None,
+        min_progress: float = DEFAULT_MIN_PROGRESS,
+        max_failures: int = DEFAULT_MAX_FAILURES,
+        store: OriginalsStore | None = None,
+        store_namespace: str = DEFAULT_NAMESPACE,
+        recall_placeholder: str | None = None,
+        cache_ttl: float | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if max_context_size <= 0:
+            raise ConfigError(f"must be > 0, got {max_context_size}", key="max_context_size")
+        if not 0 <= reserved_context_size < max_context_size:
+            raise ConfigError(
+                f"must be >= 0 and below max_context_size ({max_context_size}), got "
+                f"{reserved_context_size}",
+                key="reserved_context_size",
+            )
+        low, high = TRIGGER_RATIO_RANGE
+        if trigger_ratio is not None and not low <= trigger_ratio <= high:
+            raise ConfigError(
+                f"{trigger_ratio!r} is out of range; allowed: {low} <= trigger_ratio <= {high}",
+                key="trigger_ratio",
+            )
+        if max_messages is not None and max_messages < 1:
+            raise ConfigError(f"must be >= 1, got {max_messages}", key="max_messages")
+        if not 0 <= min_progress < 1:
+            raise ConfigError(f"must be in [0, 1), got {min_progress}", key="min_progress")
+        if max_failures < 1:
+            raise ConfigError(f"must be >= 1, got {max_failures}", key="max_failures")
+        if cache_ttl is not None and not cache_ttl > 0:
+            raise ConfigError(f"must be > 0 seconds, got {cache_ttl}", key="cache_ttl")
+        self.strategy = strategy
+        self.max_context_size = max_context_size
+        self.reserved_context_size = reserved_context_size
+        self.trigger_ratio = trigger_ratio
+        self.max_messages = max_messages
+        self.token_counter: TokenCounter = token_counter or HeuristicTokenCounter()
+        self.llm = llm
+        self.transforms = tuple(transforms)
+        self.on_event = on_event
+        self.min_progress = min_progress
+        self.max_failures = max_failures
+        self.cache_ttl = cache_ttl
+        self.clock = clock
+        self.state = ControllerState()
+        """The conversation state used when a call passes none."""
+        if recall_placeholder is not None and store is None:
+            raise UserError(
+                "recall_placeholder= needs store=: placeholders may only promise a recall "
+                "when the originals are kept somewhere"
+            )
+        self.store = store
+        self.store_namespace = store_namespace
+        self._store_hook = (
+            None
+            if store is None
+            else StoreHook(store, namespace=store_namespace, recall_template=recall_placeholder)
+        )
+        self.recall_placeholder = recall_placeholder
+
+    @classmethod
+    def from_wiring(
+        cls, wiring: Wiring, *, on_event: EventCallback | None = None
+    ) -> CompactionController:
+        """A controller from parts :func:`ctxcompact.wire` built from a config."""
+        return cls(
+            wiring.strategy,
+            max_context_size=wiring.max_context_size,
+            reserved_context_size=wiring.reserved_context_size,
+            trigger_ratio=wiring.trigger_ratio,
+            max_messages=wiring.max_messages,
+            token_counter=wiring.counter,
+            llm=wiring.llm,
+            transforms=wiring.transforms,
+            on_event=on_event,
+            min_progress=wiring.min_progress,
+            max_failures=wiring.max_failures,
+            store=wiring.store,
+            recall_placeholder=(
+                wiring.recall_placeholder if wiring.recall and wiring.store is not None else None
+            ),
+            cache_ttl=wiring.config.compaction.cache_ttl,
+        )
+
+    @classmethod
+    def from_config(
+        cls,
+        config: Config,
+        *,
+        strategy: CompactionStrategy | None = None,
+        llm: LLM | None = None,
+        token_counter: TokenCounter | None = None,
+        dependencies: Mapping[type, object] | None = None,
+        on_event: EventCallback | None = None,
+        max_context_size: int | None = None,
+    ) -> CompactionController:
+        """A controller built from a loaded :class:`~ctxcompact.Config` by :func:`wire`.
+
+        The strategy is ``[compaction] strategy`` loaded with ``[compaction.params]`` (unless
+        ``strategy`` is given), offered the LLM (``llm``, else one built from
+        ``[compaction.llm]``), the token counter and the config as dependencies; transforms
+        are the enabled ``[observation_masking.schema1]``, ``[tool_result_truncation]`` and
+        ``[context_guard]`` tables. ``max_context_size`` given here overrides the config's.
+        With a ``[store]`` table, ``controller.store`` is the store it opened: close it
+        (``controller.store.close()``) when done.
+
+        Raises:
+            ConfigError: No window in the config nor in the call, or limits that do not fit
+                it (the error names the file and the ``compaction.`` key).
+            StrategyLoadError: The strategy cannot be loaded.
+        """
+        wiring = wire(
+            config,
+            strategy=strategy,
+            llm=llm,
+            token_counter=token_counter,
+            dependencies=dependencies,
+            max_context_size=max_context_size,
+            build_store=True,
+        )
+        return cls.from_wiring(wiring, on_event=on_event)
+
+    def __repr__(self) -> str:
+        return (
+            f"CompactionController({strategy_name(self.strategy)}, max_context_size="
+            f"{self.max_context_size}, reserved_context_size={self.reserved_context_size}, "
+            f"trigger_ratio={self.trigger_ratio}, max_messages={self.max_messages})"
+        )
+
+    # -- counting -------------------------------------------------------------------------------
+
+    def token_count(
+        self, history: Sequence[Message], *, state: ControllerState | None = None
+    ) -> int:
+        """The context size of ``history``: the last provider usage plus an estimate of the
+        messages added since, or an estimate of everything when there is no usage.
+
+        Costs the new messages only when ``history`` extends the history seen last.
+        """
+        return (state or self.state).count.total(history, self.token_counter)
+
+    def observe_usage(
+        self,
+        usage: Usage | None,
+        history: Sequence[Message],
+        *,
+        state: ControllerState | None = None,
+    ) -> None:
+        """Record the provider's count for ``history`` (the stored history the call covered,
+        its assistant reply appended). ``None`` (``Completion.usage`` when the provider sent
+        none) and a usage with no tokens are ignored."""
+        st = state or self.state
+        st.last_call = self.clock()
+        if usage is not None and usage.total_tokens > 0:
+            st.count.observe(usage.total_tokens, history, self.token_counter)
+
+    def _trigger(self, tokens: int, messages: int, reserved: int) -> Trigger | None:
+        if tokens + reserved >= self.max_context_size:
+            return "threshold"
+        if self.trigger_ratio is not None and tokens >= self.trigger_ratio * self.max_context_size:
+            return "ratio"
+        if self.max_messages is not None and messages > self.max_messages:
+            return "messages"
+        return None
+
+    def should_compact(
+        self, history: Sequence[Message], *, state: ControllerState | None = None
+    ) -> bool:
+        """Whether a trigger rule fires for ``history``; the loop guards are not applied."""
+        tokens = self.token_count(history, state=state)
+        return self._trigger(tokens, len(history), self.reserved_context_size) is not None
+
+    # -- compaction ---------------------------------------------------------------------------
+
+    async def compact(
+        self,
+        history: Sequence[Message],
+        *,
+        force: bool = False,
+        state: ControllerState | None = None,
+        reserved_context_size: int | None = None,
+        tools: Sequence[ToolSpec] | None = None,
+    ) -> CompactionResult:
+        """Compact ``history`` when a trigger fires (or ``force``).
+
+        ``tools`` are the live request's tools, passed to the strategy in the context (a
+        cache-aligned summary sends them to keep the provider's cached prefix).
+
+        ``history`` is never mutated; the result holds the input object itself whenever
+        nothing changed (not triggered, skipped, no-op, rejected, failed), otherwise a new
+        list, and the event when the trigger fired. ``reserved_context_size`` overrides the
+        controller's for this call (the proxy reserves the request's own ``max_tokens``).
+        """
+        st = state or self.state
+        reserved = (
+            self.reserved_context_size if reserved_context_size is None else reserved_context_size
+        )
+        tokens = self.token_count(history, state=st)
+        trigger: Trigger | None = (
+            "forced" if force else self._trigger(tokens, len(history), reserved)
+        )
+        if trigger is None and self._cold(st):
+            trigger = "cold"
+            st.last_call = None  # one cold run per idle period, whatever it does
+        if trigger is None:
+            return CompactionResult(history)
+        n = len(history)
+        name = strategy_name(self.strategy)
+        estimate = st.count.estimate(history, self.token_counter)
+
+        outages = LLMOutages()
+
+        def unchanged(
+            status: EventStatus, error: str | None, duration: float = 0.0
+        ) -> CompactionResult:
+            event = CompactionEvent(
+                name, trigger, status, tokens, tokens, n, n, duration, error, 0, outages.status
+            )
+            self._emit(event, st)
+            return CompactionResult(history, event)
+
+        if not force and st.failures >= self.max_failures:
+            return unchanged(
+                "circuit_open",
+                f"circuit open after {st.failures} consecutive failures; "
+                "only a forced compaction runs (or reset())",
+            )
+        if trigger != "cold" and not force and st.retry_at is not None and estimate < st.retry_at:
+            return unchanged(
+                "skipped",
+                f"the last run saved less than {self.min_progress:.0%}; waiting "
+                f"until the history grows to ~{st.retry_at} estimated tokens",
+            )
+
+        ctx = CompactionContext(
+            history=tuple(history),  # a copy: a faulty strategy cannot mutate the caller's list
+            token_count=tokens,
+            max_context_size=self.max_context_size,
+            reserved_context_size=reserved,
+            llm=self.llm,
+            token_counter=self.token_counter,
+            tools=tools,
+        )
+        start = time.perf_counter()
+        try:
+            with watch_outages() as outages:
+                output = await self.strategy.compact(ctx)
+        except Exception as exc:
+            # A refusal by the summarizer's open breaker is the breaker's to count: counted
+            # here too, it would open this conversation's circuit, which no recovery closes.
+            if not isinstance(exc, LLMUnavailableError):
+                st.failures += 1
+            logger.debug("strategy %s raised", name, exc_info=True)
+            note = self._circuit_note(st)
+            return unchanged("failed", describe_error(exc) + note, time.perf_counter() - start)
+        duration = time.perf_counter() - start
+
+        if output is None or same_messages(output, history):
+            st.failures = 0
+            if trigger != "cold":
+                st.retry_at = int(estimate * (1 + self.min_progress))
+            return unchanged("noop", None, duration)
+        reason = rejection(history, output)
+        if reason is not None:
+            st.failures += 1
+            return unchanged("rejected", reason + self._circuit_note(st), duration)
+        if trigger == "cold" and estimate:
+            freed = 1 - self.token_counter.count(output) / estimate
+            if freed < self.min_progress:
+                st.failures = 0
+                note = f"cold cache: would save {freed:.0%}, below min_progress"
+                return unchanged("noop", note, duration)
+
+        result = list(output)
+        store_error: str | None = None
+        if self._store_hook is not None:  # after `duration`: recording is not the strategy's
+            result, store_error = self._store_hook.keep(
+                history, result, st.produced, namespace=st.namespace
+            )
+            if same_messages(result, history):  # only recall placeholders hidden again
+                st.failures = 0
+                st.retry_at = int(estimate * (1 + self.min_progress))
+                noop = unchanged("noop", None, duration)
+                return CompactionResult(history, noop.event, store_error)
+            st.produced.add(history, result)
+        st.failures = 0
+        # The new history is estimated (the old usage no longer applies), reusing the
+        # estimate of every message the strategy kept.
+        st.count.replace(result, self.token_counter)
+        after = self.token_count(result, state=st)
+        saved = 1 - after / estimate if estimate else 0.0
+        st.retry_at = int(estimate * (1 + self.min_progress)) if saved < self.min_progress else None
+        kept = {id(m) for m in result}
+        rewritten = sum(1 for m in history if id(m) not in kept)
+        # tokens_before may be the provider's count; state the result in the same units
+        # (the estimate scaled by the provider's ratio), so before - after is the saving.
+        reported = round(after * tokens / estimate) if estimate and tokens != estimate else after
+        event = CompactionEvent(
+            name,
+            trigger,
+            "compacted",
+            tokens,
+            reported,
+            n,
+            len(result),
+            duration,
+            None,
+            rewritten,
+            outages.status,
+        )
+        self._emit(event, st)
+        return CompactionResult(result, event, store_error)
+
+    async def maybe_compact(
+        self,
+        history: Sequence[Message],
+        *,
+        force: bool = False,
+        state: ControllerState | None = None,
+    ) -> Sequence[Message]:
+        """:meth:`compact` for loops that only need the history (the event goes to
+        ``on_event`` and the log). Returns the input object itself when nothing changed."""
+        return (await self.compact(history, force=force, state=state)).history
+
+    def _cold(self, state: ControllerState) -> bool:
+        """Whether the cache has gone cold since the last model call (``cache_ttl``)."""
+        ttl, last = self.cache_ttl, state.last_call
+        return ttl is not None and last is not None and self.clock() - last > ttl
+
+    def _circuit_note(self, state: ControllerState) -> str:
+        if state.failures >= self.max_failures:
+            return f"; circuit now open after {state.failures} consecutive failures"
+        return ""
+
+    def reset(self, *, state: ControllerState | None = None) -> None:
+        """Close the circuit, drop the min-progress wait and forget counts and usage."""
+        (state or self.state).reset()
+
+    def _emit(self, event: CompactionEvent, state: ControllerState) -> None:
+        previous, state.last_status = state.last_status, event.status
+        level = logging.INFO
+        if event.status == "failed" and event.summarizer == "unavailable":
+            level = logging.INFO  # the breaker warned once when it opened
+        elif event.status in ("failed", "rejected"):
+            level = logging.WARNING
+        elif event.status == "skipped":
+            level = logging.DEBUG
+        elif event.status == "circuit_open":
+            level = logging.WARNING if previous != "circuit_open" else logging.DEBUG
+        logger.log(level, "%s", event)
+        if self.on_event is not None:
+            try:
+                self.on_event(event)
+            except Exception:
+                logger.exception("on_event callback raised; compaction result kept")
+
+    # -- per-request transforms -------------------------------------------------------------------
+
+    async def prepare(
+        self,
+        history: Sequence[Message],
+        *,
+        max_output_tokens: int | None = None,
+        state: ControllerState | None = None,
+    ) -> PreparedRequest:
+        """The messages to send: ``history`` through each transform, in order.
+
+        The stored history is not touched. A transform that raises, or whose output breaks
+        tool-call pairing, is left out of this request (the others still apply) and named in
+        ``skipped``. ``max_output_tokens`` is the request's answer budget, when known:
+        transforms that trim to the window keep it free.
+        """
+        current: Sequence[Message] = history
+        if not self.transforms:
+            return PreparedRequest(list(current))
+        tokens = self.token_count(history, state=state)
+        skipped: list[str] = []
+        for transform in self.transforms:
+            name = strategy_name(transform)
+            ctx = CompactionContext(
+                history=tuple(current),
+                token_count=tokens,
+                max_context_size=self.max_context_size,
+                reserved_context_size=self.reserved_context_size,
+                llm=self.llm,
+                token_counter=self.token_counter,
+                max_output_tokens=max_output_tokens,
+            )
+            try:
+                output = await transform.compact(ctx)
+            except Exception as exc:
+                logger.debug("transform %s raised", name, exc_info=True)
+                skipped.append(f"{name} raised {describe_error(exc)}")
+                logger.warning("transform %s, skipped", skipped[-1])
+                continue
+            if output is None or same_messages(output, current):
+                continue
+            reason = rejection(current, output)
+            if reason is not None:
+                skipped.append(f"{name} output rejected: {reason}")
+                logger.warning("transform %s, skipped", skipped[-1])
+                continue
+            current = list(output)
+            tokens = self.token_counter.count(current)
+        store_error: str | None = None
+        if self._store_hook is not None and current is not history:
+            st = state or self.state
+            current, store_error = self._store_hook.keep(
+                history, list(current), st.produced, namespace=st.namespace
+            )
+        return PreparedRequest(list(current), tuple(skipped), store_error)
+
+    async def prepare_request(
+        self, history: Sequence[Message], *, max_output_tokens: int | None = None
+    ) -> list[Message]:
+        """:meth:`prepare` for loops that only need the messages."""
+        return (await self.prepare(history, max_output_tokens=max_output_tokens)).messages
+
+    async def step(
+        self,
+        history: Sequence[Message],
+        *,
+        max_output_tokens: int | None = None,
+        force: bool = False,
+        state: ControllerState | None = None,
+        reserved_context_size: int | None = None,
+        tools: Sequence[ToolSpec] | None = None,
+    ) -> Step:
+        """Prepare one model call: :meth:`compact` the stored history, then :meth:`prepare`.
+
+        The one order every caller uses (the agent, the replay engine, the proxy), so a
+        replay predicts a deployment. Keep ``step.history`` as the stored history and send
+        ``step.request``.
+        """
+        result = await self.compact(
+            history,
+            force=force,
+            state=state,
+            reserved_context_size=reserved_context_size,
+            tools=tools,
+        )
+        prepared = await self.prepare(
+            result.history, max_output_tokens=max_output_tokens, state=state
+        )
+        (state or self.state).last_call = self.clock()  # the call this step prepares
+        store_errors = tuple(e for e in (result.store_error, prepared.store_error) if e)
+        return Step(result.history, prepared.messages, result.event, prepared.skipped, store_errors)
+
+
+def describe_error(exc: BaseException) -> str:
+    """An exception for logs, events and headers without leaking message content.
+
+    ctxcompact's own errors carry text it wrote (no message content), kept to 200
+    characters; any other exception (a third-party strategy may build its message from the
+    history) is named by its type only. The full text is logged at DEBUG.
+    """
+    if isinstance(exc, CtxCompactError):
+        text = " ".join(str(exc).split())
+        return f"{type(exc).__name__}: {text[:200]}"
+    return f"{type(exc).__name__} (message withheld; enable DEBUG logging to see it)"

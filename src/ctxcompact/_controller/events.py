@@ -1,0 +1,203 @@
+"""Compaction events and the checks the controller applies to a strategy's output."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
+
+from .._history.messages import Message
+from .._history.validate import check_history
+
+if TYPE_CHECKING:
+    from ..llm._breaker import OutageStatus
+
+__all__ = [
+    "CompactionEvent",
+    "CompactionResult",
+    "EventStatus",
+    "PreparedRequest",
+    "Step",
+    "Trigger",
+    "rejection",
+    "same_messages",
+    "strategy_name",
+]
+
+Trigger = Literal["threshold", "ratio", "messages", "forced", "cold"]
+EventStatus = Literal["compacted", "noop", "rejected", "failed", "skipped", "circuit_open"]
+
+
+@dataclass(frozen=True, slots=True)
+class CompactionEvent:
+    """What one triggered compaction did (or why it did nothing).
+
+    Attributes:
+        strategy: The strategy's name (its ``name`` attribute, else its class name).
+        trigger: ``threshold`` (``tokens + reserved >= max``), ``ratio`` (``tokens >=
+            trigger_ratio * max``), ``messages`` (more than ``max_messages`` messages) or
+            ``forced`` (``compact(force=True)``) or ``cold`` (the prompt cache expired since
+            the last call: ``cache_ttl``).
+        status: ``compacted`` (history replaced), ``noop`` (the strategy returned ``None``
+            or the same messages), ``rejected`` (its output broke ``check_history`` or was
+            not a list of messages; the original kept), ``failed`` (it raised; the original
+            kept), ``skipped`` (the last attempt saved too little and the history has not
+            grown enough since), ``circuit_open`` (too many consecutive failures).
+        tokens_before: The controller's token count when it fired.
+        tokens_after: The estimate of the result (equal to ``tokens_before`` if unchanged).
+        messages_before: Length of the input history.
+        messages_after: Length of the result.
+        duration_s: Time spent in the strategy.
+        error: Why it was rejected, failed, skipped or not run.
+        messages_rewritten: Input messages not kept as they were (dropped, summarized,
+            masked or truncated); non-zero is logged as a warning.
+        summarizer: What the run's model calls met, when a circuit breaker saw it
+            (:class:`~ctxcompact.llm.CircuitBreakerLLM`): ``unavailable`` (a call was refused
+            unsent: the breaker is open, and the run went without the summary, e.g. hiding
+            alone) or ``failed`` (a call failed as in an outage); ``None`` otherwise.
+
+    Example:
+        >>> e = CompactionEvent("Hiding", "threshold", "compacted", 900, 300, 40, 40, 0.01)
+        >>> e.tokens_before - e.tokens_after
+        600
+    """
+
+    strategy: str
+    trigger: Trigger
+    status: EventStatus
+    tokens_before: int
+    tokens_after: int
+    messages_before: int
+    messages_after: int
+    duration_s: float
+    error: str | None = None
+    messages_rewritten: int = 0
+    summarizer: OutageStatus | None = None
+
+    def __str__(self) -> str:
+        text = (
+            f"compaction {self.status} by {self.strategy} ({self.trigger}): "
+            f"{self.messages_before} -> {self.messages_after} messages, "
+            f"{self.tokens_before} -> {self.tokens_after} tokens in {self.duration_s:.3f}s"
+        )
+        if self.messages_rewritten:
+            text += f"; {self.messages_rewritten} messages dropped or rewritten"
+        if self.summarizer is not None:
+            text += f"; summarizer {self.summarizer}"
+        return f"{text}; {self.error}" if self.error else text
+
+
+def strategy_name(strategy: object) -> str:
+    name = getattr(strategy, "name", None)
+    return name if isinstance(name, str) and name else type(strategy).__name__
+
+
+def same_messages(output: Sequence[Message], history: Sequence[Message]) -> bool:
+    if output is history:
+        return True
+    try:
+        return len(output) == len(history) and all(
+            a is b for a, b in zip(output, history, strict=False)
+        )
+    except TypeError:
+        return False
+
+
+def rejection(history: Sequence[Message], output: object) -> str | None:
+    """Why ``output`` may not replace ``history``, or ``None`` when it may."""
+    if not isinstance(output, Sequence) or isinstance(output, (str, bytes)):
+        return f"strategy returned {type(output).__name__}, not a sequence of messages"
+    for i, message in enumerate(output):
+        if not isinstance(message, Message):
+            return f"output item {i} is a {type(message).__name__}, not a Message"
+    if not output and history:
+        return "strategy returned an empty history"
+    problems = check_history(output)
+    if not problems:
+        return None  # the common case: one validation, not two
+    before = Counter(p.kind for p in check_history(history))
+    new = Counter(p.kind for p in problems) - before
+    if new:
+        first = next(p for p in problems if p.kind in new)
+        kinds = ", ".join(f"{k} x{c}" for k, c in sorted(new.items()))
+        return f"output breaks tool-call pairing ({kinds}); first: {first}"
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class CompactionResult:
+    """What :meth:`CompactionController.compact` returns: the history and what happened.
+
+    Attributes:
+        history: The history to keep: the input object itself when nothing changed, else a
+            new list.
+        event: The event, or ``None`` when the trigger did not fire.
+        store_error: Why the removed originals could not be stored, when an attached store
+            failed (the compaction stands; no message content in it).
+
+    Example:
+        >>> CompactionResult([]).changed
+        False
+    """
+
+    history: Sequence[Message]
+    event: CompactionEvent | None = None
+    store_error: str | None = None
+
+    @property
+    def changed(self) -> bool:
+        """Whether the history was replaced (the event is ``compacted``)."""
+        return self.event is not None and self.event.status == "compacted"
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedRequest:
+    """The messages to send for one model call, after the per-request transforms.
+
+    Attributes:
+        messages: What to send (the stored history is not touched).
+        skipped: One line per transform that raised or broke tool-call pairing and was left
+            out of this request (the others still applied). No message content in them.
+        store_error: Why what the transforms removed could not be stored, when an attached
+            store failed (the request is sent anyway; no message content in it).
+
+    Example:
+        >>> PreparedRequest([]).skipped
+        ()
+    """
+
+    messages: list[Message]
+    skipped: tuple[str, ...] = ()
+    store_error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """One model call's preparation: compaction of the stored history, then the transforms.
+
+    The agent, the replay engine and the proxy all prepare a call this way, in this order.
+
+    Attributes:
+        history: The stored history from now on (compacted or the input object itself).
+        request: The messages to send.
+        event: The compaction event, when the trigger fired.
+        skipped: Transforms left out of this request (see :class:`PreparedRequest`).
+        store_errors: Failures of an attached originals store, from the compaction and from
+            the transforms (each stands; no message content in them).
+
+    Example:
+        >>> Step([], []).compacted
+        False
+    """
+
+    history: Sequence[Message]
+    request: list[Message]
+    event: CompactionEvent | None = None
+    skipped: tuple[str, ...] = ()
+    store_errors: tuple[str, ...] = ()
+
+    @property
+    def compacted(self) -> bool:
+        """Whether the stored history was replaced by the strategy's output."""
+        return self.event is not None and self.event.status == "compacted"

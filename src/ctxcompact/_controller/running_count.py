@@ -1,0 +1,119 @@
+"""The controller's incremental token count: a running estimate plus the provider's usage.
+
+One cumulative estimate per message of the history seen last, and optionally the provider's
+count of a prefix of it. Every call compares every message seen before with the one now at
+its place: by identity, and by equality only where identity fails (a request parsed afresh
+has equal, new objects), in one C-level list comparison, so an agent's step costs about the
+same at 100 and at 10,000 messages (``benchmarks/bench_running_count.py``). A history that
+extends the one seen before costs only its new messages; one that differs somewhere (an
+edited or replaced message, a compaction, a shorter history) is re-estimated from the first
+difference on, and the provider's count is dropped: it counted another history.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from .._history.messages import Message
+    from .._tokens.counters import TokenCounter
+
+__all__ = ["RunningCount"]
+
+
+class RunningCount:
+    """Tokens of a growing history, in time proportional to the messages added.
+
+    Example:
+        >>> from ctxcompact import HeuristicTokenCounter, Message
+        >>> running, history = RunningCount(), [Message.user("hi")]
+        >>> running.observe(100, history, HeuristicTokenCounter())
+        >>> history.append(Message.user("more"))
+        >>> running.total(history, HeuristicTokenCounter())
+        106
+    """
+
+    def __init__(self) -> None:
+        self._seen: list[Message] = []  # the history counted so far
+        self._cum: list[int] = [0]  # _cum[i]: estimate of _seen[:i]
+        self._usage: tuple[int, int] | None = None  # (provider tokens, messages covered)
+
+    def reset(self) -> None:
+        """Forget everything: the next history is estimated from scratch."""
+        self._seen, self._cum, self._usage = [], [0], None
+
+    def estimate(self, history: Sequence[Message], counter: TokenCounter) -> int:
+        """The counter's estimate of the whole ``history`` (usage not applied)."""
+        self._sync(history, counter)
+        return self._cum[-1]
+
+    def total(self, history: Sequence[Message], counter: TokenCounter) -> int:
+        """The provider's count of the covered prefix plus the estimate of the rest."""
+        self._sync(history, counter)
+        if self._usage is not None:
+            tokens, covered = self._usage
+            return tokens + self._cum[-1] - self._cum[covered]
+        return self._cum[-1]
+
+    def replace(self, history: Sequence[Message], counter: TokenCounter) -> int:
+        """Start over from ``history`` (a strategy's output) and return its estimate.
+
+        The provider's count is dropped (it counted another history), but the estimate of
+        every message kept from the history seen last is reused by identity: a compaction
+        that keeps most messages costs only the ones it rewrote.
+        """
+        seen, cum = self._seen, self._cum
+        known = {id(m): cum[k + 1] - cum[k] for k, m in enumerate(seen)}
+        self._seen, self._cum, self._usage = [], [0], None
+        count = counter.count_message
+        total = 0
+        for message in history:
+            tokens = known.get(id(message))
+            total += count(message) if tokens is None else tokens
+            self._seen.append(message)
+            self._cum.append(total)
+        # `seen` stays referenced until here, so no id in `known` was reused by a new object.
+        del seen
+        return total
+
+    def observe(self, tokens: int, history: Sequence[Message], counter: TokenCounter) -> None:
+        """Record that the provider counted ``tokens`` for the whole ``history``."""
+        self._sync(history, counter)
+        self._usage = (tokens, len(history))
+
+    def _sync(self, history: Sequence[Message], counter: TokenCounter) -> None:
+        seen, cum = self._seen, self._cum
+        n_seen = len(seen)
+        current = history if type(history) is list else list(history)
+        if len(current) >= n_seen:
+            # Take the new messages first, then compare whole lists: list equality runs in C
+            # and tries identity before __eq__ for each pair, so every message is checked at
+            # about a nanosecond each when it is the same object (slicing the prefix instead
+            # would cost more than the comparison: it touches every message's refcount).
+            seen.extend(current[n_seen:])
+            if seen == current:
+                count = counter.count_message
+                for k in range(n_seen, len(seen)):
+                    cum.append(cum[-1] + count(seen[k]))
+                return
+            del seen[n_seen:]
+        start = _first_difference(seen, current)
+        del seen[start:]
+        del cum[start + 1 :]
+        # Not an extension of what the provider counted: its count no longer applies. The
+        # estimates of the unchanged prefix are kept (recounting them gives the same).
+        self._usage = None
+        count = counter.count_message
+        for message in current[start:]:
+            seen.append(message)
+            cum.append(cum[-1] + count(message))
+
+
+def _first_difference(old: Sequence[Message], new: Sequence[Message]) -> int:
+    """The first index where ``new`` has not the same (or an equal) message as ``old``."""
+    for i, (a, b) in enumerate(zip(old, new, strict=False)):
+        if a is not b and a != b:
+            return i
+    return min(len(old), len(new))

@@ -1,0 +1,1 @@
+"""Wire formats and conversation files <-> the provider-neutral history."""

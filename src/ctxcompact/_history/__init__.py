@@ -1,0 +1,1 @@
+"""The provider-neutral history: messages, positional tool-call groups, validation."""

@@ -1,0 +1,1 @@
+"""Loading strategies by ``module:ClassName`` or entry point, with injection."""

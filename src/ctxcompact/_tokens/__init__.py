@@ -1,0 +1,1 @@
+"""Token accounting: counters, the models' context windows, cache pricing."""

@@ -1,0 +1,450 @@
+"""Offline replay of a recorded conversation, call by call, with a cache-adjusted cost model.
+
+Every assistant message of a recording is one model call. Its input is what
+:meth:`CompactionController.step <ctxcompact.CompactionController.step>` prepares from the
+history before it: triggered compaction, then the per-request transforms, the order the
+agent and the proxy use. Two modes say what "the history before it" is:
+
+* ``agent`` (default): an agent that stores its compacted history; a compaction replaces the
+  stored history and later messages are appended to the compacted one.
+* ``proxy``: a stateless proxy in front of an agent that keeps everything; every call
+  starts again from the whole recording so far, with a fresh controller state, exactly as
+  :mod:`ctxcompact.proxy` sees each request.
+
+The engine measures each input with a token counter and bills it the way prompt caching
+does: the part shared with the previous call's input, counted in whole messages from the
+start, costs ``cached_price``; the rest costs 1 per token (the ``flat`` model). A provider's
+:class:`Pricing` (``pricing=``) bills instead the way that provider
+does: a write premium on the uncached part, its read price, no cache below its minimum
+prefix, and no cache at all for a call further than its time-to-live from the previous one
+when the recording carries timestamps (a ``timestamp`` on the assistant messages). The same
+timestamps drive the controller's clock, so ``cache_ttl`` (cold-cache compaction) acts as it
+would have live. ``ctxcompact replay`` and the benchmarks use this module.
+
+Example:
+    >>> import asyncio
+    >>> from ctxcompact import CompactionController, HeuristicTokenCounter, Message
+    >>> from ctxcompact.strategies import ToolResultHiding
+    >>> counter = HeuristicTokenCounter()
+    >>> conversation = [Message.user("hi"), Message.assistant("hello")]
+    >>> stats = asyncio.run(replay(conversation, None, counter=counter))
+    >>> stats.calls
+    1
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from typing import TYPE_CHECKING, Literal
+
+from .._contract.protocols import has_context_window
+from .._controller.controller import ControllerState
+from .._formats.files import read_conversation
+from .._history.messages import Message
+from .._tokens.pricing import PRICING, CacheMeter, CallCost, Pricing, message_time, provider
+from ._referenced import removed_then_referenced
+
+__all__ = [
+    "PRICING",
+    "CacheMeter",
+    "CallCost",
+    "FileReplay",
+    "MemoCounter",
+    "MeteredLLM",
+    "Pricing",
+    "ReplayMode",
+    "ReplayStats",
+    "provider",
+    "read_conversation",
+    "replay",
+]
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable, Sequence
+
+    from .._contract.protocols import LLM, Completion, ToolSpec
+    from .._controller.controller import CompactionController
+    from .._tokens.counters import TokenCounter
+
+ReplayMode = Literal["agent", "proxy"]
+"""``agent``: the stored history is compacted; ``proxy``: every call sees the whole recording."""
+
+
+class MemoCounter:
+    """A token counter that remembers the count of each message object it has seen.
+
+    Replays count the same (immutable) messages at every call; remembering them by identity
+    makes a replay linear in the messages counted rather than in their text. The messages
+    are kept alive by the memo so an id is never re-used while it is in there.
+
+    Example:
+        >>> from ctxcompact import HeuristicTokenCounter
+        >>> message = Message.user("hello world")
+        >>> counter = MemoCounter(HeuristicTokenCounter())
+        >>> counter.count([message]) == HeuristicTokenCounter().count([message])
+        True
+    """
+
+    def __init__(self, inner: TokenCounter) -> None:
+        self.inner = inner
+        self._memo: dict[int, tuple[Message, int]] = {}
+        # What the counter charges for a list beyond its messages (reply priming, if any).
+        self._base = inner.count(())
+
+    def count_message(self, message: Message) -> int:
+        hit = self._memo.get(id(message))
+        if hit is not None and hit[0] is message:
+            return hit[1]
+        tokens = self.inner.count_message(message)
+        self._memo[id(message)] = (message, tokens)
+        return tokens
+
+    def count(self, messages: Iterable[Message]) -> int:
+        return self._base + sum(self.count_message(m) for m in messages)
+
+    def clear(self) -> None:
+        """Forget every remembered message (between files, to bound memory)."""
+        self._memo.clear()
+
+
+class MeteredLLM:
+    """Wraps the summarizer LLM to count its calls and tokens during a replay.
+
+    Tokens are the provider's reported input plus output; when a call reports no usage, they
+    are estimated with ``counter`` (the prompt and the answer). A call whose prompt starts
+    with messages of the previous model call's input (``previous``, which :func:`replay` sets
+    after each call it bills), as a cache-aligned summary's does, reads that prefix from the
+    provider's cache: its tokens are counted in ``cached_tokens`` (at most the call's input).
+
+    Example:
+        >>> import asyncio
+        >>> from ctxcompact import HeuristicTokenCounter
+        >>> from ctxcompact.testing import ScriptedLLM
+        >>> llm = MeteredLLM(ScriptedLLM("a summary"), HeuristicTokenCounter())
+        >>> _ = asyncio.run(llm.complete([Message.user("summarize")]))
+        >>> llm.calls
+        1
+    """
+
+    def __init__(self, inner: LLM, counter: TokenCounter) -> None:
+        self.inner = inner
+        self.counter = counter
+        self.calls = 0
+        self.tokens = 0
+        self.cached_tokens = 0
+        self.previous: Sequence[Message] = ()
+        # Forwarded so a summarizer still sees its model's own window (WindowedLLM).
+        self.context_window = inner.context_window if has_context_window(inner) else None
+
+    async def complete(
+        self,
+        messages: Sequence[Message],
+        *,
+        system: str | None = None,
+        tools: Sequence[ToolSpec] | None = None,
+        max_tokens: int | None = None,
+    ) -> Completion:
+        completion = await self.inner.complete(
+            messages, system=system, tools=tools, max_tokens=max_tokens
+        )
+        self.calls += 1
+        prompt = [Message.system(system), *messages] if system else list(messages)
+        usage = completion.usage
+        if usage is not None and usage.input_tokens + usage.output_tokens > 0:
+            self.tokens += usage.input_tokens + usage.output_tokens
+            input_tokens = usage.input_tokens
+        else:
+            input_tokens = self.counter.count(prompt)
+            self.tokens += input_tokens + self.counter.count_message(completion.message)
+        previous, shared = self.previous, 0
+        limit = min(len(previous), len(prompt))
+        while shared < limit and (
+            previous[shared] is prompt[shared] or previous[shared] == prompt[shared]
+        ):
+            shared += 1
+        if shared:
+            cached = sum(self.counter.count_message(m) for m in prompt[:shared])
+            self.cached_tokens += min(cached, input_tokens)
+        return completion
+
+
+@dataclass(slots=True)
+class ReplayStats:
+    """What one replay (or a sum of replays) cost.
+
+    Attributes:
+        calls: Model calls replayed (assistant messages).
+        compactions: Triggered compactions that replaced the stored history.
+        failed_compactions: Compaction attempts the controller reported as failed, rejected or
+            blocked by its circuit breaker (the history was kept).
+        input_tokens: Input tokens summed over every call (what is billed without caching).
+        peak_context_tokens: The largest single input.
+        cost: Cache-adjusted cost in token units (1 per uncached token).
+        cache_breaks: Calls whose input shares less than the whole previous input.
+        cache_read_tokens: Input tokens billed as read from the cache.
+        cache_write_tokens: Input tokens billed as written to it (the uncached ones).
+        expired_calls: Calls made after the cache's TTL had run out (timestamped traces).
+        calls_over_window: Calls whose input plus the reserve exceeds the window
+            (``input + reserved > max``): the provider would refuse them, or the answer
+            would have no room. Counted only when the replay knows the window.
+        removed_results: Tool results the strategy took out of some later call's input
+            (hidden, masked, truncated, dropped or summarised); measured only when asked
+            (``referenced=True``), see
+            :func:`ctxcompact.replay._referenced.removed_then_referenced`.
+        referenced_results: Of those, the ones a later answer quoted while they were out of
+            view ("removed then referenced").
+        recallable_results: Of the referenced ones, those the agent could have recalled: recall
+            was on (a store and recall placeholders) and the store held the original.
+        summarizer_calls: Calls made to the summarizer LLM.
+        summarizer_tokens: Tokens (input + output) those calls used.
+        summarizer_cached_tokens: Of their input, the tokens repeating the previous model
+            call's input prefix, read from the cache (cache-aligned summaries).
+        summarizer_cost: Their cost in token units: the cached input at the replay's cached
+            price, everything else at 1.
+        context_tokens: The input tokens of each call, in order (for plots).
+        call_costs: The cache-adjusted cost of each call, in order.
+        compaction_calls: The 1-based calls before which the history was compacted.
+        failed_calls: The 1-based calls before which a compaction failed.
+        cache_break_calls: The 1-based calls whose input broke the cache.
+
+    Example:
+        >>> (ReplayStats(calls=2, cost=3.0) + ReplayStats(calls=1, cost=1.5)).calls
+        3
+    """
+
+    calls: int = 0
+    compactions: int = 0
+    failed_compactions: int = 0
+    input_tokens: int = 0
+    peak_context_tokens: int = 0
+    cost: float = 0.0
+    cache_breaks: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+    expired_calls: int = 0
+    calls_over_window: int = 0
+    removed_results: int = 0
+    referenced_results: int = 0
+    recallable_results: int = 0
+    summarizer_calls: int = 0
+    summarizer_tokens: int = 0
+    summarizer_cached_tokens: int = 0
+    summarizer_cost: float = 0.0
+    context_tokens: list[int] = field(default_factory=list)
+    call_costs: list[float] = field(default_factory=list)
+    compaction_calls: list[int] = field(default_factory=list)
+    failed_calls: list[int] = field(default_factory=list)
+    cache_break_calls: list[int] = field(default_factory=list)
+
+    def add_call(self, bill: CallCost) -> None:
+        self.calls += 1
+        self.input_tokens += bill.input_tokens
+        self.peak_context_tokens = max(self.peak_context_tokens, bill.input_tokens)
+        self.cost += bill.cost
+        self.cache_breaks += bill.cache_break
+        self.cache_read_tokens += bill.cached_tokens
+        self.cache_write_tokens += bill.cache_write_tokens
+        self.expired_calls += bill.expired
+        self.context_tokens.append(bill.input_tokens)
+        self.call_costs.append(bill.cost)
+        if bill.cache_break:
+            self.cache_break_calls.append(self.calls)
+
+    def __add__(self, other: ReplayStats) -> ReplayStats:
+        total = ReplayStats()
+        for f in fields(self):
+            if f.name == "peak_context_tokens":
+                value: object = max(self.peak_context_tokens, other.peak_context_tokens)
+            elif isinstance(getattr(self, f.name), list):
+                value = [*getattr(self, f.name), *getattr(other, f.name)]
+            else:
+                value = getattr(self, f.name) + getattr(other, f.name)
+            setattr(total, f.name, value)
+        return total
+
+
+_FAILED = frozenset({"failed", "rejected", "circuit_open"})
+
+
+async def replay(
+    conversation: Sequence[Message],
+    controller: CompactionController | None,
+    *,
+    counter: TokenCounter,
+    cached_price: float = 0.1,
+    llm: MeteredLLM | None = None,
+    mode: ReplayMode = "agent",
+    window: tuple[int, int] | None = None,
+    on_failure: Callable[[str], None] | None = None,
+    on_call: Callable[[int, Sequence[Message]], None] | None = None,
+    pricing: Pricing | None = None,
+    referenced: bool = False,
+) -> ReplayStats:
+    """Replay ``conversation`` through ``controller`` (``None``: no compaction).
+
+    Args:
+        conversation: The recorded messages, in order.
+        controller: The controller deciding and running compaction; use a fresh one per
+            conversation (its loop guards keep state).
+        counter: Measures each call's input. Give the controller the same counter.
+        cached_price: Price of a cached token relative to an uncached one (``flat``).
+        llm: The metered summarizer the controller was given, to report its calls.
+        mode: ``agent`` (the stored history is compacted) or ``proxy`` (every call starts
+            from the whole recording, with a fresh controller state).
+        window: ``(max_context_size, reserved_context_size)`` to count calls over the
+            window; defaults to the controller's limits (no count without either).
+        on_failure: Called with the controller's error text for each failed compaction.
+        on_call: Called with the index of each assistant message in ``conversation`` and
+            the input of that call (to check what the model would have seen).
+        pricing: Bill as this provider does (``None``: flat at ``cached_price``). Its TTL
+            applies where the assistant messages carry timestamps.
+        referenced: Also measure what the strategy removed that a later answer quoted
+            (``removed_results``, ``referenced_results``, ``recallable_results``).
+
+    Returns:
+        The replay's statistics.
+    """
+    meter = CacheMeter(counter, cached_price=cached_price, pricing=pricing)
+    clock = _TraceClock()
+    driven = (
+        controller is not None
+        and controller.cache_ttl is not None
+        and any(m.role == "assistant" and message_time(m) is not None for m in conversation)
+    )
+    inputs: dict[int, list[Message]] = {}
+    if referenced:
+        given = on_call
+
+        def on_call(index: int, request: Sequence[Message]) -> None:
+            inputs[index] = list(request)
+            if given is not None:
+                given(index, request)
+
+    if not driven or controller is None:
+        stats = await _replay(
+            conversation, controller, meter, clock, llm, mode, window, on_failure, on_call
+        )
+        return _measure_referenced(stats, conversation, inputs, controller) if referenced else stats
+    # The recording's timestamps are the controller's clock, so cold-cache compaction fires
+    # where the recorded gaps were longer than its cache_ttl.
+    saved, controller.clock = controller.clock, clock
+    try:
+        stats = await _replay(
+            conversation, controller, meter, clock, llm, mode, window, on_failure, on_call
+        )
+    finally:
+        controller.clock = saved
+    return _measure_referenced(stats, conversation, inputs, controller) if referenced else stats
+
+
+def _measure_referenced(
+    stats: ReplayStats,
+    conversation: Sequence[Message],
+    inputs: dict[int, list[Message]],
+    controller: CompactionController | None,
+) -> ReplayStats:
+    """Fill the removed-then-referenced counts from each call's input."""
+
+    report = removed_then_referenced(conversation, inputs)
+    stats.removed_results = report.removed
+    stats.referenced_results = report.referenced
+    store = controller.store if controller is not None else None
+    if store is None or controller is None or controller.recall_placeholder is None:
+        return stats
+    for detail in report.details:
+        if not detail.referenced or detail.tool_call_id is None:
+            continue
+        record = store.get(controller.store_namespace, detail.tool_call_id)
+        original = conversation[detail.position]
+        # Ids are re-used across turns: only the very content counts as recallable.
+        stats.recallable_results += record is not None and record.message.text == original.text
+    return stats
+
+
+class _TraceClock:
+    """A clock that reads the time of the call being replayed."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+async def _replay(
+    conversation: Sequence[Message],
+    controller: CompactionController | None,
+    meter: CacheMeter,
+    clock: _TraceClock,
+    llm: MeteredLLM | None,
+    mode: ReplayMode,
+    window: tuple[int, int] | None,
+    on_failure: Callable[[str], None] | None,
+    on_call: Callable[[int, Sequence[Message]], None] | None,
+) -> ReplayStats:
+    stats = ReplayStats()
+    llm_calls, llm_tokens = (llm.calls, llm.tokens) if llm is not None else (0, 0)
+    llm_cached = llm.cached_tokens if llm is not None else 0
+    if window is None and controller is not None:
+        window = (controller.max_context_size, controller.reserved_context_size)
+    history: list[Message] = []
+    for index, message in enumerate(conversation):
+        if message.role == "assistant":
+            at = message_time(message)
+            if at is not None:
+                clock.now = at
+            request: Sequence[Message] = history
+            if controller is not None:
+                if mode == "proxy":
+                    step = await controller.step(conversation[:index], state=ControllerState())
+                else:
+                    step = await controller.step(history)
+                    if step.compacted:
+                        history = list(step.history)
+                if step.compacted:
+                    stats.compactions += 1
+                    stats.compaction_calls.append(stats.calls + 1)
+                event = step.event
+                if event is not None and event.status in _FAILED:
+                    stats.failed_compactions += 1
+                    stats.failed_calls.append(stats.calls + 1)
+                    if on_failure is not None:
+                        on_failure(event.error or event.status)
+                request = step.request
+            bill = meter.bill(request, at=at)
+            stats.add_call(bill)
+            if llm is not None:
+                llm.previous = tuple(request)  # what a cache-aligned summary reads from cache
+            if window is not None and bill.input_tokens + window[1] > window[0]:
+                stats.calls_over_window += 1
+            if on_call is not None:
+                on_call(index, request)
+        history.append(message)
+    if llm is not None:
+        stats.summarizer_calls = llm.calls - llm_calls
+        stats.summarizer_tokens = llm.tokens - llm_tokens
+        cached = stats.summarizer_cached_tokens = llm.cached_tokens - llm_cached
+        # The provider's prices: Anthropic bills the uncached part as a cache write (1.25x).
+        stats.summarizer_cost = meter.pricing.cost(stats.summarizer_tokens, cached)
+    return stats
+
+
+@dataclass(frozen=True, slots=True)
+class FileReplay:
+    """One conversation replayed with no compaction and through each strategy.
+
+    Attributes:
+        name: The file (or the demo) the conversation came from.
+        messages: Messages in the recording.
+        baseline: The replay with no compaction at all.
+        compacted: One replay per strategy, in the order they were given.
+
+    Example:
+        >>> FileReplay("demo", 3, ReplayStats(), (ReplayStats(),)).compacted[0].calls
+        0
+    """
+
+    name: str
+    messages: int
+    baseline: ReplayStats
+    compacted: tuple[ReplayStats, ...]

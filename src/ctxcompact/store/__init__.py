@@ -1,0 +1,105 @@
+"""Nothing lost for good: removed originals kept in a store, and a tool to recall them.
+
+Whatever a rewrite removes from what the model sees (a hidden or masked tool result, a result
+cut to head and tail, messages dropped or summarised away) can be kept in an
+:class:`OriginalsStore` and brought back by its tool-call id:
+
+* :func:`removed_originals` compares a history before and after a rewrite and says what went,
+  where and how; :func:`record_removed` stores it.
+* :class:`MemoryStore` (one process) and :class:`SQLiteStore` (a file several processes share,
+  kept across restarts) are built in; both are bounded in bytes and evict the least recently
+  stored first. Records live in namespaces (the proxy uses :func:`credential_namespace`).
+* :func:`recall_tool` gives the model ``recall_tool_result`` to page through a removed result
+  (``offset``/``limit``) or grep it (``pattern``); :func:`execute_recall` and the tool specs
+  serve other loops, and :func:`recall_placeholder` writes the text that tells the model how.
+* Summaries are kept under :func:`summary_key` of the messages they replaced, so a summary is
+  computed once per conversation (``put_summary``/``get_summary``).
+
+Other backends: :class:`OriginalsStore` is a ``runtime_checkable`` Protocol of four methods,
+the extension point for Redis or Postgres. A sketch with redis-py::
+
+    class RedisStore:
+        def __init__(self, client): self.r = client
+        def put(self, *records):
+            pipe = self.r.pipeline()
+            for rec in records:
+                key = f"ctxc:{rec.namespace}:{rec.tool_call_id}"
+                pipe.hset(key, f"{rec.position}:{rec.content_hash}", json.dumps(asdict(rec)))
+            pipe.execute()
+        def get(self, namespace, tool_call_id, *, position=None):
+            rows = [StoredOriginal(**json.loads(v)) for v in
+                    self.r.hvals(f"ctxc:{namespace}:{tool_call_id}")]
+            exact = [r for r in rows if r.position == position]
+            return max(exact or rows, key=lambda r: r.created_at, default=None)
+        def put_summary(self, namespace, key, messages): ...
+        def get_summary(self, namespace, key): ...
+
+Failures raise :class:`~ctxcompact.exceptions.StoreError` (``record_removed`` wraps whatever a
+third-party store raises), so a caller can report one error type and carry on.
+
+Example:
+    >>> from ctxcompact import Message, ToolCall
+    >>> store = MemoryStore()
+    >>> call = Message.assistant(None, tool_calls=[ToolCall(id="c1", name="cat", arguments="{}")])
+    >>> before = [Message.user("read it"), call, Message.tool("c1", "line one\\nline two")]
+    >>> after = [*before[:2], Message.tool("c1", recall_placeholder("c1"))]
+    >>> record_removed(store, before, after)
+    1
+    >>> print(execute_recall(store, {"tool_call_id": "c1", "pattern": "two"}))
+    Tool result c1 (2 lines, 17 characters), 1 line matching 'two' from line 1:
+    2: line two
+"""
+
+from __future__ import annotations
+
+from ..exceptions import StoreError
+from ._memory import DEFAULT_MAX_BYTES, MemoryStore
+from ._recall import (
+    DEFAULT_RECALL_LINES,
+    DEFAULT_RECALL_TEMPLATE,
+    MAX_RECALL_CHARS,
+    RECALL_TOOL_NAME,
+    execute_recall,
+    recall_placeholder,
+    recall_tool,
+    recall_tool_spec_anthropic,
+    recall_tool_spec_openai,
+)
+from ._records import (
+    DEFAULT_NAMESPACE,
+    REMOVAL_KINDS,
+    OriginalsStore,
+    RemovalKind,
+    StoredOriginal,
+    credential_namespace,
+    summary_key,
+)
+from ._removed import Removal, record_removed, removed_originals
+from ._sqlite import SCHEMA_VERSION, SQLiteStore
+
+__all__ = [
+    "DEFAULT_MAX_BYTES",
+    "DEFAULT_NAMESPACE",
+    "DEFAULT_RECALL_LINES",
+    "DEFAULT_RECALL_TEMPLATE",
+    "MAX_RECALL_CHARS",
+    "RECALL_TOOL_NAME",
+    "REMOVAL_KINDS",
+    "SCHEMA_VERSION",
+    "MemoryStore",
+    "OriginalsStore",
+    "Removal",
+    "RemovalKind",
+    "SQLiteStore",
+    "StoreError",
+    "StoredOriginal",
+    "credential_namespace",
+    "execute_recall",
+    "recall_placeholder",
+    "recall_tool",
+    "recall_tool_spec_anthropic",
+    "recall_tool_spec_openai",
+    "record_removed",
+    "removed_originals",
+    "summary_key",
+]

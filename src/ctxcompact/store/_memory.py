@@ -1,0 +1,171 @@
+"""MemoryStore: removed originals in a dict, bounded in bytes, for one process."""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections import OrderedDict
+from typing import TYPE_CHECKING
+
+from .._history.messages import Message
+from ..exceptions import StoreError
+from ._records import StoredOriginal, dump_message
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+__all__ = ["DEFAULT_MAX_BYTES", "MemoryStore"]
+
+logger = logging.getLogger("ctxcompact.store")
+
+DEFAULT_MAX_BYTES = 256 * 1024 * 1024
+"""The default bound of a store: 256 MiB of message JSON (originals and summaries)."""
+
+# (namespace, tool_call_id, position, content_hash) for originals; (namespace, key) for summaries.
+_OriginalKey = tuple[str, str, int, str]
+_SummaryKey = tuple[str, str]
+
+
+def check_max_bytes(max_bytes: int) -> int:
+    if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 1:
+        raise StoreError(f"max_bytes must be a positive integer, got {max_bytes!r}")
+    return max_bytes
+
+
+def too_big(skipped: list[str], max_bytes: int) -> StoreError:
+    return StoreError(
+        f"not stored: {len(skipped)} record(s) larger than the store's whole bound of "
+        f"{max_bytes} bytes (ids {', '.join(repr(s) for s in skipped[:5])}); raise max_bytes"
+    )
+
+
+class MemoryStore:
+    """An :class:`~ctxcompact.store.OriginalsStore` in memory, safe across threads.
+
+    When the JSON of everything kept passes ``max_bytes``, the least recently stored records
+    (and summaries) go first. Storing a record again makes it recent.
+
+    Args:
+        max_bytes: The bound, in bytes of message JSON.
+
+    Example:
+        >>> from ctxcompact import Message
+        >>> store = MemoryStore()
+        >>> store.put(StoredOriginal.from_message(Message.tool("c1", "a.py"), position=2,
+        ...                                       kind="hidden"))
+        >>> store.get("default", "c1").message.text
+        'a.py'
+    """
+
+    def __init__(self, *, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
+        self.max_bytes = check_max_bytes(max_bytes)
+        self._lock = threading.Lock()
+        # One recency order over both kinds of entry; the value is (entry, size, stamp), the
+        # stamp growing with every store so that "most recent" needs no scan.
+        self._order: OrderedDict[
+            tuple[str, _OriginalKey | _SummaryKey], tuple[object, int, int]
+        ] = OrderedDict()
+        self._stamp = 0
+        self._by_id: dict[tuple[str, str], list[_OriginalKey]] = {}
+        self._bytes = 0
+
+    def __repr__(self) -> str:
+        return f"MemoryStore({len(self)} entries, {self._bytes} bytes, max_bytes={self.max_bytes})"
+
+    def __len__(self) -> int:
+        return len(self._order)
+
+    @property
+    def total_bytes(self) -> int:
+        """Bytes of JSON kept now."""
+        return self._bytes
+
+    def put(self, *records: StoredOriginal) -> None:
+        skipped: list[str] = []
+        with self._lock:
+            for record in records:
+                if record.size > self.max_bytes:
+                    skipped.append(record.tool_call_id)
+                    continue
+                key: _OriginalKey = (
+                    record.namespace,
+                    record.tool_call_id,
+                    record.position,
+                    record.content_hash,
+                )
+                self._add(("o", key), record, record.size)
+                ids = self._by_id.setdefault((record.namespace, record.tool_call_id), [])
+                if key not in ids:
+                    ids.append(key)
+            self._evict()
+        if skipped:
+            raise too_big(skipped, self.max_bytes)
+
+    def get(
+        self, namespace: str, tool_call_id: str, *, position: int | None = None
+    ) -> StoredOriginal | None:
+        with self._lock:
+            best: StoredOriginal | None = None
+            best_rank = (-1, -1)
+            for okey in self._by_id.get((namespace, tool_call_id), ()):
+                value, _, stamp = self._order[("o", okey)]
+                assert isinstance(value, StoredOriginal)
+                # The exact position first, then the most recently stored.
+                rank = (int(position is not None and value.position == position), stamp)
+                if rank > best_rank:
+                    best, best_rank = value, rank
+            return best
+
+    def put_summary(self, namespace: str, key: str, messages: Sequence[Message]) -> None:
+        content = "[" + ",".join(dump_message(m) for m in messages) + "]"
+        size = len(content.encode("utf-8"))
+        with self._lock:
+            if size > self.max_bytes:
+                raise too_big([f"summary {key[:12]}"], self.max_bytes)
+            self._add(("s", (namespace, key)), content, size)
+            self._evict()
+
+    def get_summary(self, namespace: str, key: str) -> tuple[Message, ...] | None:
+        with self._lock:
+            hit = self._order.get(("s", (namespace, key)))
+        if hit is None:
+            return None
+        return parse_summary(str(hit[0]))
+
+    # -- internals ----------------------------------------------------------------------------
+
+    def _add(self, key: tuple[str, _OriginalKey | _SummaryKey], value: object, size: int) -> None:
+        old = self._order.pop(key, None)
+        if old is not None:
+            self._bytes -= old[1]
+        self._stamp += 1
+        self._order[key] = (value, size, self._stamp)
+        self._bytes += size
+
+    def _evict(self) -> None:
+        evicted, freed = 0, 0
+        while self._bytes > self.max_bytes and self._order:
+            key, (_, size, _) = self._order.popitem(last=False)
+            self._bytes -= size
+            evicted, freed = evicted + 1, freed + size
+            if key[0] == "o":
+                okey = key[1]
+                ids = self._by_id.get((okey[0], okey[1]))
+                if ids is not None and okey in ids:
+                    ids.remove(okey)
+                    if not ids:
+                        del self._by_id[(okey[0], okey[1])]
+        if evicted:
+            logger.info(
+                "MemoryStore: evicted the %d least recently stored entries (%d bytes) to stay "
+                "under max_bytes=%d",
+                evicted,
+                freed,
+                self.max_bytes,
+            )
+
+
+def parse_summary(content: str) -> tuple[Message, ...]:
+    """The messages of a summary entry (a JSON array of :func:`dump_message` objects)."""
+    return tuple(Message.model_validate(item) for item in json.loads(content))
