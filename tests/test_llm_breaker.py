@@ -9,7 +9,6 @@ and the LLM-free pipeline steps still apply.
 from __future__ import annotations
 
 import asyncio
-import doctest
 import logging
 
 import pytest
@@ -31,7 +30,7 @@ from ctxcompact.exceptions import (
     RateLimitError,
     ServerError,
 )
-from ctxcompact.llm import CircuitBreakerLLM, _breaker
+from ctxcompact.llm import CircuitBreakerLLM
 from ctxcompact.llm._breaker import watch_outages
 from ctxcompact.strategies import HidingThenSummary, LLMSummary, Pipeline, ToolResultHiding
 from ctxcompact.testing import ScriptedLLM
@@ -215,11 +214,6 @@ async def test_reset_closes_it() -> None:
     await outcome(llm)
     llm.reset()
     assert (llm.state, await outcome(llm)) == ("closed", "ok")
-
-
-def test_the_module_examples_run() -> None:
-    result = doctest.testmod(_breaker)
-    assert (result.failed, result.attempted > 0) == (0, True)
 
 
 def test_bad_settings_are_refused() -> None:

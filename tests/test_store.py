@@ -225,24 +225,3 @@ def test_records_of_short_lived_messages_never_mix_up_their_content() -> None:
         text = f"result number {i}"
         stored = StoredOriginal.from_message(tool("c1", text), position=i, kind="hidden")
         assert stored.message.text == text
-
-
-@pytest.mark.parametrize(
-    "module",
-    [
-        "store",
-        "store._records",
-        "store._memory",
-        "store._sqlite",
-        "store._removed",
-        "store._recall",
-        "replay._referenced",
-    ],
-)
-def test_the_examples_in_the_docstrings_run(module: str) -> None:
-    import doctest
-    import importlib
-
-    result = doctest.testmod(importlib.import_module(f"ctxcompact.{module}"))
-    assert result.attempted > 0
-    assert result.failed == 0

@@ -418,7 +418,7 @@ def load_config(path: str | os.PathLike[str]) -> Config:
             the allowed range).
 
     Example:
-        >>> load_config("config.example.toml").compaction.strategy  # doctest: +SKIP
+        >>> load_config("config.example.toml").compaction.strategy
         'hiding-then-summary'
     """
     where = str(path)

@@ -56,7 +56,7 @@ def create_app(
 
     Example:
         >>> from ctxcompact import load_config
-        >>> app = create_app(load_config("config.example.toml"))  # doctest: +SKIP
+        >>> app = create_app(load_config("examples/recommended.toml"))
     """
     try:
         from ._app import ProxySettings, build_app

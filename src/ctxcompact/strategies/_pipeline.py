@@ -51,7 +51,7 @@ class Pipeline:
         >>> from ctxcompact.strategies import ToolResultHiding, ToolResultTruncation
         >>> Pipeline(ToolResultTruncation(), ToolResultHiding(preserve_recent_n=3))
         Pipeline(ToolResultTruncation(max_chars=50000, head_chars=2000, tail_chars=2000), \
-ToolResultHiding(preserve_recent_n=3, batch_turns=0, clear_at_least=0))
+ToolResultHiding(preserve_recent_n=3, batch_turns=0, clear_at_least=0, clear_tool_inputs=False))
 
         In TOML::
 
