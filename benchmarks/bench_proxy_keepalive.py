@@ -33,10 +33,8 @@ import httpx
 from tests.helpers.proxy_servers import FakeUpstream, serve_in_thread
 from tests.test_proxy import openai_history, write_config
 
-from ctxcompact import load_config
-from ctxcompact._config.config import ProxyConfig
-from ctxcompact.proxy import create_app
-from ctxcompact.proxy._app import UPSTREAM_KEEPALIVE_EXPIRY
+from ctxcompact import ProxyConfig, load_config
+from ctxcompact.proxy import UPSTREAM_KEEPALIVE_EXPIRY, create_app
 
 
 async def one_client(url: str, body: bytes, rounds: int, outcomes: list[str]) -> None:

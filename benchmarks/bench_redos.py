@@ -1,7 +1,7 @@
 """Adversarial input against time: linear now, and no stall for other clients of the proxy.
 
 1. Each super-linear input the security review found (issue 18) at 1x, 2x and 4x its size,
-   through the code as it was (kept in ``tests/helpers/redos.py``) and as it is: the time and
+   through the code as it was (kept in ``tests/internals/redos.py``) and as it is: the time and
    its ratio to 1x. Linear is about 2x and 4x; the old code was quadratic (4x, 16x), cubic
    (8x, 64x) or, for the recall pattern, exponential (each character more doubled it). The
    old code runs at sizes where its 4x still ends in seconds; the new one at the same sizes
@@ -80,7 +80,7 @@ def _size_for(fn: Any, make: Any, target: float) -> int:
 def time_against_size(quick: bool) -> None:
     import re
 
-    from tests.helpers.redos import KNOWN_ATTACKS
+    from tests.internals.redos import KNOWN_ATTACKS
 
     from ctxcompact import Message
     from ctxcompact.store import MemoryStore, StoredOriginal, execute_recall

@@ -10,9 +10,11 @@ import threading
 import pytest
 
 from ctxcompact import (
+    CONTINUE_PROMPT,
     Agent,
     CompactionContext,
     CompactionEvent,
+    CompactionRecord,
     Completion,
     Message,
     Tool,
@@ -20,7 +22,6 @@ from ctxcompact import (
     Usage,
     check_history,
 )
-from ctxcompact._agent.agent import CONTINUE_PROMPT, CompactionRecord
 from ctxcompact.exceptions import ContextTooLongError, MaxStepsExceeded, UserError
 from ctxcompact.strategies import ToolResultTruncation
 from ctxcompact.testing import FunctionStrategy, LLMRequest, ScriptedLLM

@@ -11,8 +11,14 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from ctxcompact import Agent, CompactionContext, Message, check_history
-from ctxcompact._agent.agent import CONTINUE_PROMPT, CompactionRecord
+from ctxcompact import (
+    CONTINUE_PROMPT,
+    Agent,
+    CompactionContext,
+    CompactionRecord,
+    Message,
+    check_history,
+)
 from ctxcompact.exceptions import MaxStepsExceeded
 from ctxcompact.llm.openai import OpenAIChatLLM
 from ctxcompact.testing import FunctionStrategy

@@ -19,12 +19,12 @@ from ctxcompact import (
     Message,
     Tool,
     ToolCall,
+    ToolResult,
     check_history,
     from_openai,
     load_config,
     wire,
 )
-from ctxcompact._contract.tools import ToolResult
 from ctxcompact.exceptions import ConfigError, MaxStepsExceeded, UserError
 from ctxcompact.store import RECALL_TOOL_NAME, MemoryStore, SQLiteStore, execute_recall
 from ctxcompact.strategies import (

@@ -21,8 +21,12 @@ from ctxcompact import (
 )
 from ctxcompact.exceptions import ContextTooLongError
 from ctxcompact.replay import MemoCounter, MeteredLLM, ReplayStats, replay
-from ctxcompact.strategies import HidingThenSummary, LLMSummary
-from ctxcompact.strategies._summary import ALIGNED_SUMMARY_HEAD, SUMMARIZER_SYSTEM
+from ctxcompact.strategies import (
+    ALIGNED_SUMMARY_HEAD,
+    SUMMARIZER_SYSTEM,
+    HidingThenSummary,
+    LLMSummary,
+)
 from ctxcompact.testing import LLMRequest, ScriptedLLM, assert_strategy_invariants
 from tests.helpers.gen import assistant, call, system, tool, user
 

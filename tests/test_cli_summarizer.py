@@ -10,9 +10,16 @@ from pathlib import Path
 
 import pytest
 
-from ctxcompact import CompactionContext, Config, HeuristicTokenCounter, Message
-from ctxcompact._contract.protocols import NeedsLLM, has_context_window, needs_llm
-from ctxcompact._wiring import wire
+from ctxcompact import (
+    CompactionContext,
+    Config,
+    HeuristicTokenCounter,
+    Message,
+    NeedsLLM,
+    has_context_window,
+    needs_llm,
+    wire,
+)
 from ctxcompact.cli import main
 from ctxcompact.exceptions import LLMRequiredError
 from ctxcompact.replay import MeteredLLM

@@ -6,8 +6,15 @@ from collections.abc import Sequence
 
 import pytest
 
-from ctxcompact import CompactionController, Config, Message, check_history, from_openai
-from ctxcompact._contract.protocols import CompactionContext, Usage
+from ctxcompact import (
+    CompactionContext,
+    CompactionController,
+    Config,
+    Message,
+    Usage,
+    check_history,
+    from_openai,
+)
 from ctxcompact.exceptions import ConfigError
 from ctxcompact.replay import replay
 from ctxcompact.strategies import ToolResultHiding

@@ -9,18 +9,19 @@ from pathlib import Path
 import pydantic
 import pytest
 
-from ctxcompact._config.config import (
+from ctxcompact import (
+    LLM,
     CompactionConfig,
+    Completion,
     Config,
     ContextGuardConfig,
     LLMConfig,
+    Message,
     Schema1Config,
     TruncationConfig,
     load_config,
+    load_strategy,
 )
-from ctxcompact._contract.protocols import LLM, Completion
-from ctxcompact._history.messages import Message
-from ctxcompact._plugins.loader import load_strategy
 from ctxcompact.exceptions import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -12,14 +12,15 @@ from ctxcompact import (
     CompactionContext,
     CompactionController,
     CompactionEvent,
+    Config,
     HeuristicTokenCounter,
     Message,
     TiktokenCounter,
     Usage,
     check_history,
     from_openai,
+    load_config,
 )
-from ctxcompact._config.config import Config, load_config
 from ctxcompact.exceptions import CompactionError, ConfigError, StrategyLoadError
 from ctxcompact.testing import FunctionStrategy, ScriptedLLM
 from tests.helpers.gen import assistant, call, system, tool, user, valid_histories

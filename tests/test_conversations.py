@@ -12,8 +12,16 @@ from typing import Any
 
 import pytest
 
-from ctxcompact import Message, RawPart, check_history, from_openai, read_conversation, to_openai
-from ctxcompact._formats.files import load_conversation, parse_conversation
+from ctxcompact import (
+    Message,
+    RawPart,
+    check_history,
+    from_openai,
+    load_conversation,
+    parse_conversation,
+    read_conversation,
+    to_openai,
+)
 from ctxcompact.cli import main
 from ctxcompact.exceptions import ConversationFileError
 from tests.helpers.traces import TRACES_DIR, load_trace

@@ -10,8 +10,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ctxcompact import check_history, from_anthropic, from_openai, to_anthropic
-from ctxcompact._history.messages import Message, RawPart, TextPart, ToolCall
+from ctxcompact import (
+    Message,
+    RawPart,
+    TextPart,
+    ToolCall,
+    check_history,
+    from_anthropic,
+    from_openai,
+    to_anthropic,
+)
 from ctxcompact.exceptions import FormatError
 
 EPHEMERAL = {"type": "ephemeral"}

@@ -14,8 +14,7 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 
-from ctxcompact import from_anthropic, from_openai, to_anthropic, to_openai
-from ctxcompact._history.messages import Message
+from ctxcompact import Message, from_anthropic, from_openai, to_anthropic, to_openai
 from ctxcompact.exceptions import FormatError
 from tests.helpers.gen import valid_histories
 from tests.helpers.traces import load_trace, trace_names

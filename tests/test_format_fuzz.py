@@ -15,8 +15,14 @@ from typing import Any
 
 import pytest
 
-from ctxcompact import from_anthropic, from_openai, to_anthropic, to_openai
-from ctxcompact._formats.responses import from_responses, to_responses
+from ctxcompact import (
+    from_anthropic,
+    from_openai,
+    from_responses,
+    to_anthropic,
+    to_openai,
+    to_responses,
+)
 from ctxcompact.exceptions import FormatError
 from tests.helpers.mutate import mutants
 from tests.helpers.responses_items import ROLLOUTS, chat_to_items, load_rollout

@@ -11,8 +11,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ctxcompact import from_anthropic, from_openai, to_openai
-from ctxcompact._history.messages import ImagePart, Message, RawPart, TextPart, ToolCall
+from ctxcompact import (
+    ImagePart,
+    Message,
+    RawPart,
+    TextPart,
+    ToolCall,
+    from_anthropic,
+    from_openai,
+    to_openai,
+)
 from ctxcompact.exceptions import FormatError
 from tests.helpers.gen import valid_histories
 from tests.helpers.traces import load_trace, trace_names

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from ctxcompact import (
     CompactionController,
+    CompactionStrategy,
     HeuristicTokenCounter,
     Message,
     RawPart,
@@ -26,7 +27,6 @@ from ctxcompact import (
     looks_like_responses,
     to_responses,
 )
-from ctxcompact._contract.protocols import CompactionStrategy
 from ctxcompact.exceptions import FormatError
 from ctxcompact.strategies import (
     ContextGuard,

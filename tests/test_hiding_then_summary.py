@@ -7,14 +7,14 @@ from collections.abc import Sequence
 
 import pytest
 
-from ctxcompact._contract.protocols import CompactionContext
-from ctxcompact._history.messages import Message
-from ctxcompact._history.validate import check_history
-from ctxcompact._tokens.counters import HeuristicTokenCounter
+from ctxcompact import CompactionContext, HeuristicTokenCounter, Message, check_history
 from ctxcompact.exceptions import ConfigError, LLMRequiredError, ServerError
-from ctxcompact.strategies import HidingThenSummary, ToolResultHiding
-from ctxcompact.strategies._shared import HIDDEN_PLACEHOLDER
-from ctxcompact.strategies._summary import SUMMARY_PREFIX
+from ctxcompact.strategies import (
+    HIDDEN_PLACEHOLDER,
+    SUMMARY_PREFIX,
+    HidingThenSummary,
+    ToolResultHiding,
+)
 from ctxcompact.testing import ScriptedLLM
 from tests.helpers.gen import assistant, call, system, tool, user
 

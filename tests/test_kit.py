@@ -1,8 +1,8 @@
-"""ctxcompact.kit: the public helpers for strategy authors, and that outsiders need no others."""
+"""ctxcompact.kit: the public helpers for strategy authors. (That outsiders, the plugin in
+``strategies/`` among them, import no private module: ``tests/test_public_api.py``.)"""
 
 from __future__ import annotations
 
-import ast
 import inspect
 from pathlib import Path
 
@@ -221,58 +221,3 @@ def test_the_readme_example_strategy_batches_and_rejects_bad_params() -> None:
     assert hidden == [0, 0, 0, 0, 4, 4, 4, 4, 8, 8]
     with pytest.raises(ConfigError, match="keep"):
         HideOldResults(keep=-1)
-
-
-# -- outsiders import public modules only ---------------------------------------------------------
-
-
-def private_imports(path: Path, *, root: Path = ROOT) -> list[str]:
-    """The private ctxcompact modules ``path`` imports (``ctxcompact._x``, ``ctxcompact.a._y``)."""
-    found = []
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
-        elif isinstance(node, ast.Import):
-            names = [a.name for a in node.names]
-        else:
-            continue
-        for name in names:
-            parts = name.split(".")
-            if parts[0] == "ctxcompact" and any(p.startswith("_") for p in parts[1:]):
-                found.append(f"{path.relative_to(root)}:{node.lineno}: {name}")
-                break
-    return found
-
-
-def test_the_plugin_imports_no_private_ctxcompact_module() -> None:
-    files = sorted((ROOT / "strategies").rglob("*.py"))
-    assert any(f.name == "_masking.py" for f in files)
-    assert [hit for f in files for hit in private_imports(f)] == []
-
-
-def test_no_benchmark_imports_the_private_shared_helpers() -> None:
-    """The kit replaced ``ctxcompact.strategies._shared`` there. (Other private imports of
-    the benchmarks remain: the replay engine's, and the error cache's size, which only a
-    benchmark of the uncached heuristic needs.)"""
-    files = sorted((ROOT / "benchmarks").rglob("*.py"))
-    assert files
-    hits = [hit for f in files for hit in private_imports(f) if "strategies._shared" in hit]
-    assert hits == []
-
-
-def test_the_private_import_finder_finds_them(tmp_path: Path) -> None:
-    sample = tmp_path / "plugin.py"
-    sample.write_text(
-        "import ctxcompact._history.messages\n"
-        "from ctxcompact.strategies._shared import with_content\n"
-        "from ctxcompact.cli import _replay\n"
-        "from ctxcompact.kit import with_content as w\n"
-        "from ctxcompact import Message\n",
-        encoding="utf-8",
-    )
-    hits = private_imports(sample, root=tmp_path)
-    assert [h.split(": ")[1] for h in hits] == [
-        "ctxcompact._history.messages",
-        "ctxcompact.strategies._shared",
-        "ctxcompact.cli._replay",
-    ]

@@ -30,8 +30,7 @@ from ctxcompact.exceptions import (
     RateLimitError,
     ServerError,
 )
-from ctxcompact.llm import CircuitBreakerLLM
-from ctxcompact.llm._breaker import watch_outages
+from ctxcompact.llm import CircuitBreakerLLM, watch_outages
 from ctxcompact.strategies import HidingThenSummary, LLMSummary, Pipeline, ToolResultHiding
 from ctxcompact.testing import ScriptedLLM
 

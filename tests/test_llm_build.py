@@ -8,8 +8,7 @@ import textwrap
 
 import pytest
 
-from ctxcompact import LLM, Message
-from ctxcompact._config.config import LLMConfig
+from ctxcompact import LLM, LLMConfig, Message
 from ctxcompact.exceptions import AuthenticationError, ConfigError, ServerError
 from ctxcompact.llm import LOCAL_PLACEHOLDER_KEY, RetryEvent, build_llm
 from ctxcompact.llm.anthropic import AnthropicLLM

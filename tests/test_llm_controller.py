@@ -5,8 +5,7 @@ from __future__ import annotations
 from ctxcompact import CompactionController, Message, ToolCall
 from ctxcompact.llm.anthropic import AnthropicLLM
 from ctxcompact.llm.openai import OpenAIChatLLM
-from ctxcompact.strategies import LLMSummary
-from ctxcompact.strategies._summary import SUMMARY_PREFIX
+from ctxcompact.strategies import SUMMARY_PREFIX, LLMSummary
 from tests.helpers.llm_wire import FAKE_KEY, Wire, anthropic_reply, error_body, openai_reply
 
 

@@ -20,8 +20,7 @@ from ctxcompact import CompactionController, Message, ToolCall, check_history, l
 from ctxcompact.exceptions import ContextTooLongError
 from ctxcompact.llm import CircuitBreakerLLM
 from ctxcompact.llm.openai import OpenAIChatLLM
-from ctxcompact.strategies import LLMSummary
-from ctxcompact.strategies._summary import SUMMARY_PREFIX
+from ctxcompact.strategies import SUMMARY_PREFIX, LLMSummary
 from tests.helpers.llama_server import LlamaServer
 
 pytestmark = pytest.mark.llama

@@ -10,9 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from ctxcompact._contract.protocols import LLM, CompactionContext, Completion
-from ctxcompact._history.messages import Message
-from ctxcompact._plugins.loader import list_strategies, load_strategy
+from ctxcompact import LLM, CompactionContext, Completion, Message, list_strategies, load_strategy
 from ctxcompact.exceptions import StrategyLoadError
 
 WriteModule = Callable[[str, str], None]

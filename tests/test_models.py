@@ -6,8 +6,7 @@ from __future__ import annotations
 import pytest
 
 import ctxcompact
-from ctxcompact import context_window, parse_context_error
-from ctxcompact._tokens.windows import CONTEXT_WINDOWS
+from ctxcompact import CONTEXT_WINDOWS, context_window, parse_context_error
 from ctxcompact.exceptions import ConfigError
 
 

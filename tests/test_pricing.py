@@ -10,9 +10,8 @@ from typing import Any
 import pytest
 
 from ctxcompact import Message, from_anthropic, from_openai
-from ctxcompact._tokens.pricing import PRICING, Pricing, message_time, provider
 from ctxcompact.cli import main
-from ctxcompact.replay import CacheMeter, replay
+from ctxcompact.replay import PRICING, CacheMeter, Pricing, message_time, provider, replay
 from tests.helpers.traces import TRACES_DIR
 
 SMALL = TRACES_DIR / "taubench-gpt4o-airline__task3_trial0.json"

@@ -20,7 +20,6 @@ from ctxcompact import Config, check_history, from_openai, load_config, wire
 from ctxcompact.cli import build_parser
 from ctxcompact.exceptions import ConfigError
 from ctxcompact.proxy import create_app
-from ctxcompact.proxy._windows import UNKNOWN_MODEL
 from tests.helpers.proxy_servers import FakeUpstream, free_port, serve_in_thread
 from tests.test_proxy import HIDDEN, SECRET, openai_history
 
@@ -77,25 +76,6 @@ def test_each_request_is_compacted_against_its_models_window(
     assert [m.get("tool_call_id") for m in sent] == [m.get("tool_call_id") for m in MESSAGES]
     assert fields(large)["action"] == "unchanged"
     assert fake.received[1].json()["messages"] == MESSAGES
-
-
-def test_unknown_model_is_forwarded_unchanged_with_a_fixed_reason(
-    upstream: tuple[FakeUpstream, str],
-) -> None:
-    fake, url = upstream
-    body = json.dumps({"model": "no-such-model-xyz", "messages": MESSAGES}).encode()
-    with serve_in_thread(create_app(config_without_window(url))) as proxy:
-        response = httpx.post(
-            f"{proxy}/v1/chat/completions",
-            content=body,
-            headers={"content-type": "application/json"},
-        )
-    assert response.status_code == 200
-    assert fake.received[0].body == body  # byte for byte
-    header = fields(response)
-    assert header["action"] == "skipped"
-    assert "no-such-model-xyz" not in response.headers["x-ctxcompact"]
-    assert header["error"] == UNKNOWN_MODEL.split(":")[0]
 
 
 def test_models_table_override_gives_an_unknown_model_its_window(

@@ -17,8 +17,7 @@ import openai
 import pytest
 
 from ctxcompact import check_history, from_anthropic, from_openai
-from ctxcompact.proxy._callers import caller_namespace
-from ctxcompact.proxy._recall import MAX_RECALL_ROUNDS
+from ctxcompact.proxy import MAX_RECALL_ROUNDS
 from tests.helpers.proxy_servers import FakeUpstream, serve_in_thread
 from tests.test_proxy import (
     SECRET,
@@ -233,14 +232,6 @@ def test_recall_tool_is_not_offered_when_nothing_was_removed(
     assert r.status_code == 200
     assert fake.received[-1].body == body
     assert len(fake.received) == 1
-
-
-def test_caller_namespace_hashes_the_key_and_gives_keyless_requests_their_own() -> None:
-    bearer = caller_namespace([("authorization", f"Bearer {SECRET}")])
-    assert bearer == caller_namespace([("Authorization", f"Bearer {SECRET}")])
-    assert SECRET not in bearer
-    assert caller_namespace([("x-api-key", OTHER)]) != bearer
-    assert caller_namespace([]) != caller_namespace([])
 
 
 def test_recall_after_a_reused_compaction_returns_the_original(

@@ -20,7 +20,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from ctxcompact import check_history, from_anthropic, from_openai
-from ctxcompact.proxy._retry import ERROR_BODY_LIMIT, is_context_error
+from ctxcompact.proxy import ERROR_BODY_LIMIT
 from ctxcompact.testing import FunctionStrategy
 from tests.helpers.proxy_servers import FakeUpstream, serve_in_thread
 from tests.test_proxy import (
@@ -300,19 +300,3 @@ def test_gzip_encoded_context_error_is_read_and_retried(tmp_path: Path) -> None:
     assert "content-encoding" not in response.headers
     assert len(sizes) == 3
     assert sizes[0] > sizes[1] > sizes[2]
-
-
-@pytest.mark.parametrize(
-    ("status", "text", "expected"),
-    [
-        (400, '{"error": {"code": "context_length_exceeded"}}', True),
-        (400, "prompt is too long: 210000 tokens > 200000 maximum", True),
-        (400, "This model's maximum context length is 8192 tokens", True),
-        (413, "", True),
-        (400, '{"error": {"message": "invalid tool schema"}}', False),
-        (429, "maximum context length is 8192 tokens", False),
-        (500, "context_length_exceeded", False),
-    ],
-)
-def test_context_errors_are_told_apart(status: int, text: str, expected: bool) -> None:
-    assert is_context_error(status, text) is expected

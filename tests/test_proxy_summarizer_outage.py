@@ -28,7 +28,7 @@ from starlette.routing import Route
 from ctxcompact import load_config
 from ctxcompact.llm import CircuitBreakerLLM
 from ctxcompact.proxy import create_app
-from ctxcompact.strategies._summary import SUMMARY_PREFIX
+from ctxcompact.strategies import SUMMARY_PREFIX
 from tests.helpers.proxy_servers import FakeUpstream, serve_in_thread
 from tests.test_proxy import SECRET
 

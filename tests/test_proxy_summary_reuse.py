@@ -14,11 +14,10 @@ from typing import Any
 import openai
 import pytest
 
-from ctxcompact import Message, ToolCall, check_history, from_openai, load_config
+from ctxcompact import check_history, from_openai, load_config
 from ctxcompact.proxy import create_app
-from ctxcompact.proxy._reuse import prefix_keys, remember_rewrite, reuse_rewrites
-from ctxcompact.store import MemoryStore, StoreError, summary_key
-from ctxcompact.strategies._summary import SUMMARY_PREFIX
+from ctxcompact.store import StoreError
+from ctxcompact.strategies import SUMMARY_PREFIX
 from ctxcompact.testing import ScriptedLLM
 from tests.helpers.proxy_servers import FakeUpstream, serve_in_thread
 from tests.test_proxy import SECRET, openai_history
@@ -114,49 +113,6 @@ def test_summary_is_reused_after_a_restart_but_not_by_another_caller(
     assert restarted.remaining == 0
     sent = [r.json()["messages"][1]["content"] for r in fake.received]
     assert sent == [SUMMARY_PREFIX + SUMMARY] * 2 + [SUMMARY_PREFIX + "another caller's summary"]
-
-
-def test_prefix_keys_are_the_summary_keys_of_every_prefix() -> None:
-    history = from_openai(openai_history(turns=3, output_chars=2))
-    assert prefix_keys(history) == [summary_key(history[:i]) for i in range(1, len(history) + 1)]
-    assert prefix_keys([]) == []
-
-
-def _call(i: int) -> list[Message]:
-    call = ToolCall(id=f"c{i}", name="cat", arguments="{}")
-    return [Message.assistant(None, tool_calls=[call]), Message.tool(f"c{i}", f"out {i}")]
-
-
-def test_a_later_compaction_is_kept_under_the_received_messages_it_covers() -> None:
-    store = MemoryStore()
-    head = [Message.system("sys"), Message.user("go"), *_call(0), *_call(1)]
-    summary1 = Message.user(SUMMARY_PREFIX + "one")
-    after1 = [head[0], summary1, *head[4:]]
-    assert remember_rewrite(store, "ns", head, 0, head, after1)
-    grown = [*head, *_call(2)]
-    reused, end = reuse_rewrites(store, "ns", grown)
-    assert end == 4
-    assert reused == [*after1, *grown[len(head) :]]
-    # What the rewrite kept unchanged is the client's own message again, not a stored copy.
-    assert reused[0] is grown[0]
-    assert all(a is b for a, b in zip(reused[2:], grown[4:], strict=True))
-    # The compaction of the reused history merges the summary: kept under `grown`'s messages.
-    summary2 = Message.user(SUMMARY_PREFIX + "two")
-    assert remember_rewrite(store, "ns", grown, end, reused, [reused[0], summary2, *reused[-2:]])
-    again, end = reuse_rewrites(store, "ns", [*grown, *_call(3)])
-    assert end == len(grown) - 2
-    assert again == [reused[0], summary2, *grown[-2:], *_call(3)]
-    assert grown == [*head, *_call(2)]  # input untouched
-    assert reuse_rewrites(store, "other", grown) == (grown, 0)
-
-
-def test_a_kept_rewrite_that_would_break_tool_pairs_is_not_used() -> None:
-    store = MemoryStore()
-    history = [Message.user("go"), *_call(0), *_call(1)]
-    # A (corrupt) kept rewrite of the prefix ending at a call, without that call.
-    store.put_summary("ns", summary_key(history[:2]), [Message.user(SUMMARY_PREFIX + "x")])
-    assert reuse_rewrites(store, "ns", history) == (history, 0)
-    assert history == [Message.user("go"), *_call(0), *_call(1)]  # input untouched
 
 
 def test_the_store_the_proxy_opened_is_closed_at_shutdown(

@@ -17,7 +17,6 @@ from typing import Any
 import httpx
 import pytest
 
-from ctxcompact.proxy._callers import caller_namespace
 from tests.helpers.proxy_servers import FakeUpstream, serve_in_thread
 from tests.test_proxy import anthropic_history, openai_history, start_proxy, write_config
 
@@ -183,23 +182,3 @@ def to_items(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
         else:
             items.append({"role": m["role"], "content": m["content"]})
     return items
-
-
-def test_caller_namespace_is_a_hash_of_every_credential_part() -> None:
-    base = [("authorization", "Bearer sk-a")]
-    one = caller_namespace(base, "")
-    assert one == caller_namespace(base, "")
-    assert "sk-a" not in one
-    # Any other credential part, or a different value of one, is another namespace.
-    assert caller_namespace([*base, ("api-key", "x")], "") != one
-    assert caller_namespace(base, "key=x") != one
-    assert caller_namespace(base, "sig=x") != one
-    assert caller_namespace([("authorization", "Bearer sk-b")], "") != one
-    assert caller_namespace([("authorization", "Basic sk-a")], "") != one
-    # What is not a credential does not split a caller's conversations.
-    noise = [("user-agent", "x"), ("idempotency-key", "1"), ("cookie", "c=1")]
-    assert caller_namespace([*base, *noise], "") == one
-    assert caller_namespace(base, "api-version=2024-10-21&beta=true") == one
-    # Without a credential (a scheme alone is none), every request is a namespace of its own.
-    for keyless in ([], [("authorization", "Bearer ")], [("x-api-key", " ")]):
-        assert caller_namespace(keyless, "") != caller_namespace(keyless, "")

@@ -7,12 +7,7 @@ from collections.abc import Callable, Sequence
 import pytest
 
 from ctxcompact import CompactionController, HeuristicTokenCounter, Message, from_openai
-from ctxcompact.replay import replay
-from ctxcompact.replay._referenced import (
-    ReferencedReport,
-    distinctive_tokens,
-    removed_then_referenced,
-)
+from ctxcompact.replay import ReferencedReport, distinctive_tokens, removed_then_referenced, replay
 from ctxcompact.strategies import ToolResultHiding, ToolResultTruncation
 
 from .helpers.gen import assistant, call, tool, user

@@ -208,17 +208,3 @@ def test_a_rollout_line_without_a_payload_is_named_by_its_line(
     err = capsys.readouterr().err
     assert "line 4" in err
     assert "payload" in err
-
-
-def test_a_verdict_says_when_every_compaction_failed_rather_than_never_triggered(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    from ctxcompact.cli._report import ReplaySettings, replay_text
-    from ctxcompact.replay import FileReplay, ReplayStats
-
-    baseline = ReplayStats(calls=3, cost=30.0, input_tokens=300, peak_context_tokens=900)
-    failing = ReplayStats(calls=3, cost=30.0, input_tokens=300, failed_compactions=2)
-    settings = ReplaySettings(("llm-summary",), 1000, 200, 0.1, "heuristic")
-    text = replay_text(settings, [FileReplay("a.json", 6, baseline, (failing,))])
-    assert "all 2 compaction attempts failed" in text
-    assert "never reached the trigger" not in text

@@ -21,9 +21,9 @@ from ctxcompact.store import (
     SQLiteStore,
     StoredOriginal,
     execute_recall,
+    message_key,
     summary_key,
 )
-from ctxcompact.store._records import message_key
 from ctxcompact.strategies import ToolResultHiding
 from ctxcompact.testing import LLMRequest, ScriptedLLM
 from tests.helpers.gen import assistant, call, system, tool, user

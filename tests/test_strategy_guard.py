@@ -22,8 +22,7 @@ from ctxcompact import (
     to_anthropic,
 )
 from ctxcompact.exceptions import CompactionError, ConfigError, ContextBudgetError
-from ctxcompact.strategies import ContextGuard
-from ctxcompact.strategies._guard import DROP_MARKER
+from ctxcompact.strategies import DROP_MARKER, ContextGuard
 from tests.helpers.gen import (
     assistant,
     call,

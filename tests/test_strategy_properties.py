@@ -9,8 +9,7 @@ from __future__ import annotations
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ctxcompact import HeuristicTokenCounter, Message, check_history
-from ctxcompact._contract.protocols import CompactionStrategy
+from ctxcompact import CompactionStrategy, HeuristicTokenCounter, Message, check_history
 from ctxcompact.exceptions import ContextBudgetError
 from ctxcompact.strategies import (
     ContextGuard,

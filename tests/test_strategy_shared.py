@@ -9,16 +9,19 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ctxcompact import HeuristicTokenCounter, Message, TextPart, TiktokenCounter, TokenCounter
-from ctxcompact._history.groups import tool_groups
+from ctxcompact import (
+    HeuristicTokenCounter,
+    Message,
+    TextPart,
+    TiktokenCounter,
+    TokenCounter,
+    tool_groups,
+)
 from ctxcompact.exceptions import ConfigError
-from ctxcompact.strategies._shared import (
+from ctxcompact.kit import (
     HEURISTIC_TOKENS_PER_EXTRA_BYTE,
-    HIDDEN_PLACEHOLDER,
-    KLIP13_PLACEHOLDER,
     MAX_CHARS_PER_TOKEN,
     SCHEMA1_FIELDS,
-    SCHEMA1_PLACEHOLDER,
     PlaceholderCost,
     batched_boundary,
     group_results,
@@ -28,6 +31,7 @@ from ctxcompact.strategies._shared import (
     validate_template,
     with_content,
 )
+from ctxcompact.strategies import HIDDEN_PLACEHOLDER, KLIP13_PLACEHOLDER, SCHEMA1_PLACEHOLDER
 from tests.helpers.gen import invalid_histories, tool, valid_histories
 
 

@@ -10,8 +10,13 @@ from collections.abc import Callable
 
 import pytest
 
-from ctxcompact import HeuristicTokenCounter, Message, check_history, from_openai
-from ctxcompact._contract.protocols import CompactionStrategy
+from ctxcompact import (
+    CompactionStrategy,
+    HeuristicTokenCounter,
+    Message,
+    check_history,
+    from_openai,
+)
 from ctxcompact.strategies import (
     ContextGuard,
     Pipeline,

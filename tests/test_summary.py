@@ -7,10 +7,7 @@ from collections.abc import Sequence
 
 import pytest
 
-from ctxcompact._contract.protocols import CompactionContext, Completion
-from ctxcompact._history.messages import Message
-from ctxcompact._history.validate import check_history
-from ctxcompact._tokens.counters import HeuristicTokenCounter
+from ctxcompact import CompactionContext, Completion, HeuristicTokenCounter, Message, check_history
 from ctxcompact.exceptions import (
     ConfigError,
     ContextTooLongError,
@@ -19,8 +16,7 @@ from ctxcompact.exceptions import (
     ServerError,
     SummaryRejectedError,
 )
-from ctxcompact.strategies import LLMSummary
-from ctxcompact.strategies._summary import SUMMARIZER_SYSTEM, SUMMARY_PREFIX
+from ctxcompact.strategies import SUMMARIZER_SYSTEM, SUMMARY_PREFIX, LLMSummary
 from ctxcompact.testing import ScriptedLLM
 from tests.helpers.gen import assistant, call, system, tool, user
 
@@ -402,8 +398,7 @@ async def test_the_input_is_not_mutated_even_when_given_as_a_tuple() -> None:
 
 
 def test_the_loader_injects_the_llm_by_annotation_and_passes_params() -> None:
-    from ctxcompact._contract.protocols import LLM
-    from ctxcompact._plugins.loader import load_strategy
+    from ctxcompact import LLM, load_strategy
 
     llm = ScriptedLLM()
     for spec in ("llm-summary", "ctxcompact.strategies:LLMSummary", "hiding-then-summary"):
@@ -417,7 +412,7 @@ def test_the_loader_injects_the_llm_by_annotation_and_passes_params() -> None:
 
 
 async def test_under_the_controller_a_failure_keeps_the_history_and_a_success_replaces_it() -> None:
-    from ctxcompact._controller.controller import CompactionController
+    from ctxcompact import CompactionController
 
     history = work_history()
     failing = CompactionController(
@@ -500,7 +495,7 @@ async def refused(answer: str | Message | Completion, **params: int) -> SummaryR
 
 async def test_a_million_character_reply_is_refused_and_the_controller_keeps_the_history() -> None:
     # The case: a server that ignores max_tokens took 1,605 tokens to 307,887.
-    from ctxcompact._controller.controller import CompactionController
+    from ctxcompact import CompactionController
 
     history = big_history()
     reply = "word " * 200_000

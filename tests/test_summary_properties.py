@@ -9,14 +9,16 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ctxcompact._contract.protocols import CompactionContext, Completion
-from ctxcompact._formats.openai_chat import from_openai
-from ctxcompact._history.messages import Message
-from ctxcompact._history.validate import check_history
-from ctxcompact._tokens.counters import HeuristicTokenCounter
+from ctxcompact import (
+    CompactionContext,
+    Completion,
+    HeuristicTokenCounter,
+    Message,
+    check_history,
+    from_openai,
+)
 from ctxcompact.exceptions import SummaryRejectedError
-from ctxcompact.strategies import HidingThenSummary, LLMSummary
-from ctxcompact.strategies._summary import SUMMARY_PREFIX
+from ctxcompact.strategies import SUMMARY_PREFIX, HidingThenSummary, LLMSummary
 from ctxcompact.testing import LLMRequest, ScriptedLLM
 from tests.helpers.gen import invalid_histories, valid_histories
 from tests.helpers.traces import load_meta, load_trace, trace_names

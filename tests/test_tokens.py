@@ -1,27 +1,18 @@
 from __future__ import annotations
 
-import math
-import re
 import subprocess
 import sys
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from ctxcompact import (
+    IMAGE_TOKENS,
+    PER_MESSAGE_TOKENS,
     HeuristicTokenCounter,
     Message,
     TiktokenCounter,
     TokenCounter,
     from_openai,
-)
-from ctxcompact._tokens import counters as _tokens
-from ctxcompact._tokens.counters import (
-    IMAGE_TOKENS,
-    PER_MESSAGE_TOKENS,
-    _char_weight,
-    counter_from_config,
 )
 from ctxcompact.exceptions import ConfigError, MissingDependencyError
 from tests.helpers.gen import assistant, call, tool, user
@@ -119,60 +110,6 @@ def test_reasoning_content_of_a_trace_is_counted() -> None:
     assert with_reasoning - without == counter.count_text(message["reasoning_content"]) > 0, i
 
 
-def slow_count_text(text: str, chars_per_token: float) -> int:
-    """The first, character-by-character version of ``count_text``: the reference."""
-    if text.isascii():
-        return math.ceil(len(text) / chars_per_token)
-    others = re.sub(r"[\x00-\x7f]+", "", text)
-    weight = sum(_char_weight(ord(ch)) for ch in others)
-    return math.ceil((len(text) - len(others)) / chars_per_token + weight)
-
-
-# Every code point, lone surrogates included (JSON can carry them), biased towards ASCII and
-# the scripts whose weights differ, so runs and mixtures are common.
-_CHARS = st.one_of(
-    st.characters(min_codepoint=0, max_codepoint=0x7F),
-    st.characters(min_codepoint=0x80, max_codepoint=0x3000),
-    st.characters(min_codepoint=0, max_codepoint=0x10FFFF, categories=None),
-    st.sampled_from("→─│中文é😀✓\ud800\udfff"),
-)
-
-
-@settings(max_examples=400, deadline=None)
-@given(text=st.text(_CHARS, max_size=300), cpt=st.sampled_from([3.25, 4.0, 1.0, 2.7]))
-def test_count_text_equals_the_slow_reference(text: str, cpt: float) -> None:
-    counter = HeuristicTokenCounter(chars_per_token=cpt)
-    assert counter.count_text(text) == slow_count_text(text, cpt)
-
-
-def test_count_text_equals_the_slow_reference_on_every_trace_text() -> None:
-    counter = HeuristicTokenCounter()
-    texts = 0
-    for name in trace_names():
-        for message in load_trace(name):
-            for key in ("content", "reasoning_content"):
-                text = message.get(key)
-                if isinstance(text, str) and not text.isascii():
-                    texts += 1
-                    assert counter.count_text(text) == slow_count_text(text, 3.25), name
-    assert texts > 100
-
-
-def test_cached_weights_serve_every_ratio_and_the_longest_texts_are_not_kept() -> None:
-    _tokens._non_ascii_cached.cache_clear()
-    text = "→ a.py\n" * 100
-    longest = "中" * (_tokens._CACHED_CHARS + 1)
-    for cpt in (3.25, 4.0, 3.25):  # the second 3.25 is counted from the cache
-        counter = HeuristicTokenCounter(chars_per_token=cpt)
-        assert counter.count_text(text) == slow_count_text(text, cpt)
-        assert counter.count_text(longest) == slow_count_text(longest, cpt)
-    info = _tokens._non_ascii_cached.cache_info()
-    assert (info.currsize, info.hits, info.maxsize) == (1, 2, 512)  # never the longest
-    # Equal strings that are other objects (every proxied request is parsed anew) hit too.
-    HeuristicTokenCounter().count_text(text.encode().decode())
-    assert _tokens._non_ascii_cached.cache_info().hits == 3
-
-
 @pytest.mark.parametrize("name", sorted(SAMPLES))
 def test_non_ascii_text_is_not_undercounted(name: str, tiktoken_counter: TiktokenCounter) -> None:
     text = SAMPLES[name]
@@ -204,31 +141,6 @@ def test_count_is_the_sum_of_count_message() -> None:
 def test_bad_chars_per_token_is_rejected() -> None:
     with pytest.raises(ValueError, match="chars_per_token"):
         HeuristicTokenCounter(chars_per_token=0)
-
-
-class _Settings:
-    def __init__(self, method: str, encoding: str = "cl100k_base") -> None:
-        self.method = method
-        self.encoding = encoding
-
-
-def test_counter_from_config() -> None:
-    assert isinstance(counter_from_config(None), HeuristicTokenCounter)
-    assert isinstance(counter_from_config(_Settings("heuristic")), HeuristicTokenCounter)
-    tik = counter_from_config(_Settings("tiktoken"))
-    assert isinstance(tik, TiktokenCounter)
-    assert tik.encoding == "cl100k_base"
-    with pytest.raises(ConfigError, match=r"token_counting\.method"):
-        counter_from_config(_Settings("words"))
-
-
-def test_counter_from_a_real_config_object() -> None:
-    from ctxcompact._config.config import Config
-
-    config = Config.model_validate(
-        {"compaction": {"max_context_size": 100_000}, "token_counting": {"method": "tiktoken"}}
-    )
-    assert isinstance(counter_from_config(config.token_counting), TiktokenCounter)
 
 
 def test_missing_tiktoken_names_the_extra() -> None:

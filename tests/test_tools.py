@@ -9,8 +9,7 @@ from typing import Literal
 import pytest
 from pydantic import BaseModel
 
-from ctxcompact import Tool, ToolSpec
-from ctxcompact._contract.tools import ToolResult, tool
+from ctxcompact import Tool, ToolResult, ToolSpec, tool
 from ctxcompact.exceptions import UserError
 
 

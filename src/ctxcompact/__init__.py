@@ -10,8 +10,22 @@ from __future__ import annotations
 
 from importlib.metadata import PackageNotFoundError, version
 
-from ._agent.agent import Agent, CompactionRecord
-from ._config.config import Config, LLMConfig, load_config
+from ._agent.agent import CONTINUE_PROMPT, Agent, CompactionRecord
+from ._config.config import (
+    AgentConfig,
+    CompactionConfig,
+    Config,
+    ContextGuardConfig,
+    LLMConfig,
+    ObservationMaskingConfig,
+    PricingConfig,
+    ProxyConfig,
+    Schema1Config,
+    StoreConfig,
+    TokenCountingConfig,
+    TruncationConfig,
+    load_config,
+)
 from ._contract.protocols import (
     LLM,
     CompactionContext,
@@ -23,6 +37,8 @@ from ._contract.protocols import (
     ToolSpec,
     Usage,
     WindowedLLM,
+    has_context_window,
+    needs_llm,
 )
 from ._contract.tools import Tool, ToolResult, tool
 from ._controller.controller import (
@@ -34,7 +50,7 @@ from ._controller.controller import (
     Step,
 )
 from ._formats.anthropic import from_anthropic, to_anthropic
-from ._formats.files import read_conversation
+from ._formats.files import Conversation, load_conversation, parse_conversation, read_conversation
 from ._formats.openai_chat import from_openai, to_openai
 from ._formats.responses import from_responses, to_responses
 from ._formats.responses_items import looks_like_responses
@@ -42,8 +58,15 @@ from ._history.groups import ToolGroup, tool_groups
 from ._history.messages import ImagePart, Message, RawPart, TextPart, ToolCall
 from ._history.validate import HistoryProblem, check_history
 from ._plugins.loader import ParamInfo, StrategyInfo, list_strategies, load_strategy
-from ._tokens.counters import HeuristicTokenCounter, TiktokenCounter, TokenCounter
-from ._tokens.windows import context_window, parse_context_error
+from ._tokens.counters import (
+    CHARS_PER_TOKEN,
+    IMAGE_TOKENS,
+    PER_MESSAGE_TOKENS,
+    HeuristicTokenCounter,
+    TiktokenCounter,
+    TokenCounter,
+)
+from ._tokens.windows import CONTEXT_WINDOWS, context_window, parse_context_error
 from ._wiring import Wiring, wire
 
 try:
@@ -52,8 +75,15 @@ except PackageNotFoundError:  # running from a source tree that is not installed
     __version__ = "0.0.0"
 
 __all__ = [
+    "CHARS_PER_TOKEN",
+    "CONTEXT_WINDOWS",
+    "CONTINUE_PROMPT",
+    "IMAGE_TOKENS",
     "LLM",
+    "PER_MESSAGE_TOKENS",
     "Agent",
+    "AgentConfig",
+    "CompactionConfig",
     "CompactionContext",
     "CompactionController",
     "CompactionEvent",
@@ -63,7 +93,9 @@ __all__ = [
     "CompactionStrategy",
     "Completion",
     "Config",
+    "ContextGuardConfig",
     "ControllerState",
+    "Conversation",
     "Dependencies",
     "HeuristicTokenCounter",
     "HistoryProblem",
@@ -71,19 +103,26 @@ __all__ = [
     "LLMConfig",
     "Message",
     "NeedsLLM",
+    "ObservationMaskingConfig",
     "ParamInfo",
     "PreparedRequest",
+    "PricingConfig",
+    "ProxyConfig",
     "RawPart",
+    "Schema1Config",
     "Step",
+    "StoreConfig",
     "StrategyInfo",
     "TextPart",
     "TiktokenCounter",
     "TokenCounter",
+    "TokenCountingConfig",
     "Tool",
     "ToolCall",
     "ToolGroup",
     "ToolResult",
     "ToolSpec",
+    "TruncationConfig",
     "Usage",
     "WindowedLLM",
     "Wiring",
@@ -93,11 +132,15 @@ __all__ = [
     "from_anthropic",
     "from_openai",
     "from_responses",
+    "has_context_window",
     "list_strategies",
     "load_config",
+    "load_conversation",
     "load_strategy",
     "looks_like_responses",
+    "needs_llm",
     "parse_context_error",
+    "parse_conversation",
     "read_conversation",
     "to_anthropic",
     "to_openai",

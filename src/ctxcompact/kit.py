@@ -5,13 +5,15 @@ A third-party strategy (a class with ``async compact(ctx)``, see
 modules, which may change in any release. What it offers:
 
 - Tool-call groups, the unit to keep whole: :class:`ToolGroup`, :func:`tool_groups`,
-  :func:`old_groups_end`.
+  :func:`old_groups_end`, :func:`group_results`.
 - Cache-friendly batching of a masking boundary: :func:`batched_boundary`.
 - Does a tool result look like an error? :func:`is_error_result`, :func:`looks_like_error`,
-  :func:`error_reason`.
+  :func:`error_reason`, :func:`clear_error_cache`.
 - Placeholders for hidden results: :func:`validate_template`, :func:`render_placeholder`,
-  :func:`placeholder_pattern`, :data:`HIDDEN_PLACEHOLDER`, :data:`SCHEMA1_PLACEHOLDER`,
-  :data:`SCHEMA1_FIELDS`.
+  :func:`placeholder_pattern`, :data:`HIDDEN_PLACEHOLDER`, :data:`KLIP13_PLACEHOLDER`,
+  :data:`SCHEMA1_PLACEHOLDER`, :data:`SCHEMA1_SEED_PLACEHOLDER`, :data:`SCHEMA1_FIELDS`.
+- What a placeholder saves, in the context's tokens: :class:`PlaceholderCost`,
+  :data:`MAX_CHARS_PER_TOKEN`, :data:`HEURISTIC_TOKENS_PER_EXTRA_BYTE`.
 - A changed copy of a message, fast: :func:`with_content`.
 - Parameters checked like the built-ins': :func:`check_int`.
 
@@ -39,6 +41,15 @@ from typing import TYPE_CHECKING
 
 from ._history.groups import ToolGroup, tool_groups
 from .strategies import _errors, _shared
+from .strategies._errors import clear_error_cache
+from .strategies._shared import (
+    HEURISTIC_TOKENS_PER_EXTRA_BYTE,
+    KLIP13_PLACEHOLDER,
+    MAX_CHARS_PER_TOKEN,
+    SCHEMA1_SEED_PLACEHOLDER,
+    PlaceholderCost,
+    group_results,
+)
 
 if TYPE_CHECKING:
     import re
@@ -57,13 +68,20 @@ SCHEMA1_FIELDS: frozenset[str] = _shared.SCHEMA1_FIELDS
 ``original_chars``): pass them to :func:`validate_template`."""
 
 __all__ = [
+    "HEURISTIC_TOKENS_PER_EXTRA_BYTE",
     "HIDDEN_PLACEHOLDER",
+    "KLIP13_PLACEHOLDER",
+    "MAX_CHARS_PER_TOKEN",
     "SCHEMA1_FIELDS",
     "SCHEMA1_PLACEHOLDER",
+    "SCHEMA1_SEED_PLACEHOLDER",
+    "PlaceholderCost",
     "ToolGroup",
     "batched_boundary",
     "check_int",
+    "clear_error_cache",
     "error_reason",
+    "group_results",
     "is_error_result",
     "looks_like_error",
     "old_groups_end",

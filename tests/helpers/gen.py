@@ -22,7 +22,7 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from ctxcompact._history.messages import ImagePart, Message, RawPart, TextPart, ToolCall
+from ctxcompact import ImagePart, Message, RawPart, TextPart, ToolCall
 
 __all__ = [
     "PROBLEM_KINDS",

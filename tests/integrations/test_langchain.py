@@ -17,8 +17,7 @@ from pydantic import Field
 
 from ctxcompact import CompactionEvent, check_history
 from ctxcompact.integrations.langchain import CompactionMiddleware, from_history, to_history
-from ctxcompact.strategies import ToolResultHiding
-from ctxcompact.strategies._shared import HIDDEN_PLACEHOLDER
+from ctxcompact.strategies import HIDDEN_PLACEHOLDER, ToolResultHiding
 
 BIG = 1_000
 

@@ -31,8 +31,7 @@ from pydantic_ai.providers.openai import OpenAIProvider
 from ctxcompact import CompactionEvent
 from ctxcompact.integrations.openai_agents import CompactionFilter
 from ctxcompact.integrations.pydantic_ai import history_processor
-from ctxcompact.strategies import ToolResultHiding
-from ctxcompact.strategies._shared import HIDDEN_PLACEHOLDER
+from ctxcompact.strategies import HIDDEN_PLACEHOLDER, ToolResultHiding
 from tests.helpers.llama_server import LlamaServer
 from tests.helpers.responses_items import item_problems
 

@@ -17,8 +17,7 @@ from openai.types.responses import ResponseFunctionToolCall, ResponseReasoningIt
 
 from ctxcompact import CompactionEvent
 from ctxcompact.integrations.openai_agents import CompactingSession, CompactionFilter
-from ctxcompact.strategies import ToolResultHiding
-from ctxcompact.strategies._shared import HIDDEN_PLACEHOLDER
+from ctxcompact.strategies import HIDDEN_PLACEHOLDER, ToolResultHiding
 from tests.helpers.responses_items import item_problems
 
 BIG = 1_000

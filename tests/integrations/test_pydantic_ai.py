@@ -22,8 +22,7 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from ctxcompact import CompactionEvent, check_history
 from ctxcompact.integrations.pydantic_ai import from_history, history_processor, to_history
-from ctxcompact.strategies import LLMSummary, ToolResultHiding
-from ctxcompact.strategies._shared import HIDDEN_PLACEHOLDER
+from ctxcompact.strategies import HIDDEN_PLACEHOLDER, LLMSummary, ToolResultHiding
 from ctxcompact.testing import ScriptedLLM
 
 BIG = 1_000

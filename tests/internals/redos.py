@@ -7,6 +7,10 @@ Growth is measured, never asserted in seconds: the time of one input 16 times as
 the time of the input, beside the same ratio for a linear baseline on the same two inputs
 (a machine's caches and noise move both). Linear code grows like the baseline (about 16x);
 quadratic code grows about 256x, cubic 4096x.
+
+White-box (so it lives in ``tests/internals``): it gathers the library's private regular
+expressions and the functions around them (the error patterns, the placeholder and recall
+matchers, the summary parser, the proxy's redaction) to feed each its own worst input.
 """
 
 from __future__ import annotations

@@ -1,4 +1,9 @@
-"""Input detection, precise errors and writing back in the input's format (in process)."""
+"""Input detection, precise errors and writing back in the input's format (in process).
+
+White-box: the command's private file helpers (``cli._io``), its ``--param`` parser and its
+count of masked results are called directly; the command line itself is tested through
+``ctxcompact.cli.main`` in ``tests/test_cli*.py``.
+"""
 
 from __future__ import annotations
 

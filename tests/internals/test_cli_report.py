@@ -1,4 +1,8 @@
-"""The replay report says what its percentages are of, marks losses and says what to try."""
+"""The replay report says what its percentages are of, marks losses and says what to try.
+
+White-box: the report's private text and plot builders (``cli._report``, ``cli._plot``) are
+fed hand-made replay figures, which no recorded conversation would give one at a time.
+"""
 
 from __future__ import annotations
 
@@ -189,3 +193,17 @@ def test_plot_replays_writes_a_png(tmp_path: Path) -> None:
     out = tmp_path / "r.png"
     plot_replays(settings("x"), [FileReplay("a.json", 9, BASE, (stats(500, 100.0),))], str(out))
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_verdict_says_when_every_compaction_failed_rather_than_never_triggered(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from ctxcompact.cli._report import ReplaySettings, replay_text
+    from ctxcompact.replay import FileReplay, ReplayStats
+
+    baseline = ReplayStats(calls=3, cost=30.0, input_tokens=300, peak_context_tokens=900)
+    failing = ReplayStats(calls=3, cost=30.0, input_tokens=300, failed_compactions=2)
+    settings = ReplaySettings(("llm-summary",), 1000, 200, 0.1, "heuristic")
+    text = replay_text(settings, [FileReplay("a.json", 6, baseline, (failing,))])
+    assert "all 2 compaction attempts failed" in text
+    assert "never reached the trigger" not in text

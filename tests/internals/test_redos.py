@@ -5,7 +5,9 @@ exactly what the one it replaced accepted (on every tool result of the 17 traces
 input, and Schema 1's output on every trace is byte for byte what it was). Growth: each
 matcher that runs on content, fed adversarial input made of its own literals, grows with the
 input like a linear scan does (a ratio of times beside a linear baseline's ratio on the same
-inputs, never seconds: see ``tests/helpers/redos.py``).
+inputs, never seconds: see ``tests/internals/redos.py``).
+
+White-box: the expressions are private, and each is fed directly, not through a strategy.
 """
 
 from __future__ import annotations
@@ -22,7 +24,9 @@ from ctxcompact._tokens.windows import parse_context_error
 from ctxcompact.store import MemoryStore, StoredOriginal, execute_recall
 from ctxcompact.strategies import Schema1Masking, _errors, _schema1, _summary
 from ctxcompact.strategies._shared import placeholder_pattern, render_placeholder
-from tests.helpers.redos import (
+from tests.helpers.strategy_checks import run
+from tests.helpers.traces import load_trace, trace_names
+from tests.internals.redos import (
     BUILTIN_TEMPLATES,
     KNOWN_ATTACKS,
     OLD_ANALYSIS_TAG,
@@ -37,8 +41,6 @@ from tests.helpers.redos import (
     old_placeholder_pattern,
     trace_tool_texts,
 )
-from tests.helpers.strategy_checks import run
-from tests.helpers.traces import load_trace, trace_names
 
 # -- equivalence: the linear expressions accept what the old ones accepted ---------------------
 

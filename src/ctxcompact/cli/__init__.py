@@ -39,7 +39,7 @@ class _ParamAction(argparse.Action):
         setattr(namespace, self.dest, [*getattr(namespace, self.dest), (index, str(values))])
 
 
-def params_for(args: argparse.Namespace, index: int) -> list[str]:
+def _params_for(args: argparse.Namespace, index: int) -> list[str]:
     """The ``--param`` values that apply to the ``index``-th ``--strategy`` (0 if one)."""
     return [value for at, value in args.param if at in (-1, index)]
 

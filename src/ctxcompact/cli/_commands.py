@@ -15,7 +15,7 @@ from .._history.validate import check_history
 from .._plugins.loader import list_strategies
 from .._tokens.pricing import Pricing, provider
 from ..replay import FileReplay, ReplayStats, replay
-from . import params_for
+from . import _params_for as params_for
 from ._io import CliError, Conversation, load_demo, read_conversation, write_conversation
 from ._progress import FailureReport, call_progress
 from ._report import (

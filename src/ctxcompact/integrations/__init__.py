@@ -13,3 +13,5 @@ install`` line when it is missing. Each converts the framework's messages to a c
 history and back without losing what the history has no field for, and decides *when* with a
 :class:`~ctxcompact.CompactionController`.
 """
+
+__all__: list[str] = []  # the integrations are the submodules; each imports its framework

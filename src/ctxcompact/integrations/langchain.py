@@ -59,7 +59,7 @@ if TYPE_CHECKING:
     from .._controller.controller import CompactionEvent
     from .._tokens.counters import TokenCounter
 
-__all__ = ["CompactionMiddleware", "from_history", "to_history"]
+__all__ = ["SOURCE_KEY", "CompactionMiddleware", "from_history", "to_history"]
 
 SOURCE_KEY = "langchain"
 """The extra key recording the index of the LangChain message a message came from."""

@@ -55,7 +55,13 @@ if TYPE_CHECKING:
     from .._controller.controller import CompactionEvent
     from .._tokens.counters import TokenCounter
 
-__all__ = ["CompactingProcessor", "from_history", "history_processor", "to_history"]
+__all__ = [
+    "SOURCE_KEY",
+    "CompactingProcessor",
+    "from_history",
+    "history_processor",
+    "to_history",
+]
 
 SOURCE_KEY = "pydantic_ai"
 """The extra key recording which ``ModelMessage`` (and which of its parts) a message came from."""

@@ -18,7 +18,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from ..exceptions import AuthenticationError, ConfigError
-from ._breaker import BreakerStats, CircuitBreakerLLM
+from ._breaker import BreakerStats, CircuitBreakerLLM, LLMOutages, watch_outages
 from ._retry import RetryCallback, RetryEvent
 
 if TYPE_CHECKING:
@@ -34,9 +34,11 @@ __all__ = [
     "AnthropicLLM",
     "BreakerStats",
     "CircuitBreakerLLM",
+    "LLMOutages",
     "OpenAIChatLLM",
     "RetryEvent",
     "build_llm",
+    "watch_outages",
 ]
 
 LOCAL_PLACEHOLDER_KEY = "ctxcompact-no-key"

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from .._history.messages import Message
     from ._retry import RetryCallback
 
-__all__ = ["DEFAULT_MAX_TOKENS", "AnthropicLLM"]
+__all__ = ["DEFAULT_MAX_TOKENS", "AnthropicLLM", "SystemParam", "merge_system"]
 
 DEFAULT_MAX_TOKENS = 4096
 """The completion budget when neither the call nor the adapter sets one (Anthropic needs one)."""
@@ -47,6 +47,7 @@ _STOP_REASONS = {
 }
 
 SystemParam = str | list[dict[str, Any]] | None
+"""Anthropic's ``system`` parameter: a string, a list of text blocks, or none."""
 
 
 class AnthropicLLM(SDKAdapter[anthropic.AsyncAnthropic]):

@@ -28,9 +28,10 @@ if TYPE_CHECKING:
     from .._history.messages import Message
     from ._retry import RetryCallback
 
-__all__ = ["OpenAIChatLLM"]
+__all__ = ["MaxTokensField", "OpenAIChatLLM"]
 
 MaxTokensField = Literal["max_tokens", "max_completion_tokens"]
+"""The request field the completion budget goes in (OpenAI's newer models refuse ``max_tokens``)."""
 
 _SDK_ERRORS = SdkErrors(
     base=openai.OpenAIError,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import importlib
 from typing import TYPE_CHECKING
 
 from .._controller.controller import CompactionController
@@ -26,7 +27,15 @@ if TYPE_CHECKING:
     from .._contract.protocols import LLM, CompactionStrategy
     from .._tokens.counters import TokenCounter
 
-__all__ = ["Rewriter", "create_app", "parse_body", "serve"]
+__all__ = [
+    "ERROR_BODY_LIMIT",
+    "MAX_RECALL_ROUNDS",
+    "UPSTREAM_KEEPALIVE_EXPIRY",
+    "Rewriter",
+    "create_app",
+    "parse_body",
+    "serve",
+]
 
 _UNUSED_WINDOW = 100_000_000  # a placeholder above any reserve; per-model requests never see it
 
@@ -148,13 +157,29 @@ def serve(config: Config, *, host: str | None = None, port: int | None = None) -
 
 
 def __getattr__(name: str) -> object:
-    """``Rewriter`` (the per-request decision) and ``parse_body`` (the strict JSON parser),
-    for benchmarks and embedding; loaded on use, since they need the 'proxy' extra."""
-    if name not in ("Rewriter", "parse_body"):
+    """``Rewriter`` (the per-request decision), ``parse_body`` (the strict JSON parser) and
+    the proxy's fixed limits, for benchmarks and embedding; loaded on use, since they need
+    the 'proxy' extra:
+
+    * ``UPSTREAM_KEEPALIVE_EXPIRY``: seconds an idle upstream connection is kept (give an
+      ``httpx.AsyncClient`` of your own, ``create_app(client=...)``, the same);
+    * ``ERROR_BODY_LIMIT``: bytes of an upstream 400/413 body read to tell a
+      context-too-long error; a longer body is relayed whole, not retried;
+    * ``MAX_RECALL_ROUNDS``: recall rounds the proxy answers per client request at most.
+    """
+    if name not in _LAZY:
         raise AttributeError(f"module 'ctxcompact.proxy' has no attribute {name!r}")
     try:  # deferred: the optional 'proxy' extra (httpx)
-        from ._json import parse_body
-        from ._rewrite import Rewriter
+        module = importlib.import_module(_LAZY[name], __name__)
     except ImportError as exc:
         raise MissingDependencyError("the ctxcompact proxy", "proxy") from exc
-    return Rewriter if name == "Rewriter" else parse_body
+    return getattr(module, name)
+
+
+_LAZY = {
+    "Rewriter": "._rewrite",
+    "parse_body": "._json",
+    "UPSTREAM_KEEPALIVE_EXPIRY": "._app",
+    "ERROR_BODY_LIMIT": "._retry",
+    "MAX_RECALL_ROUNDS": "._recall",
+}

@@ -42,7 +42,12 @@ from .._controller.controller import ControllerState
 from .._formats.files import read_conversation
 from .._history.messages import Message
 from .._tokens.pricing import PRICING, CacheMeter, CallCost, Pricing, message_time, provider
-from ._referenced import removed_then_referenced
+from ._referenced import (
+    ReferencedReport,
+    ReferencedResult,
+    distinctive_tokens,
+    removed_then_referenced,
+)
 
 __all__ = [
     "PRICING",
@@ -52,10 +57,15 @@ __all__ = [
     "MemoCounter",
     "MeteredLLM",
     "Pricing",
+    "ReferencedReport",
+    "ReferencedResult",
     "ReplayMode",
     "ReplayStats",
+    "distinctive_tokens",
+    "message_time",
     "provider",
     "read_conversation",
+    "removed_then_referenced",
     "replay",
 ]
 

@@ -72,6 +72,7 @@ from ._records import (
     RemovalKind,
     StoredOriginal,
     credential_namespace,
+    message_key,
     summary_key,
 )
 from ._removed import Removal, record_removed, removed_originals
@@ -95,6 +96,7 @@ __all__ = [
     "StoredOriginal",
     "credential_namespace",
     "execute_recall",
+    "message_key",
     "recall_placeholder",
     "recall_tool",
     "recall_tool_spec_anthropic",

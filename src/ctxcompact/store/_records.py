@@ -39,6 +39,7 @@ RemovalKind = Literal["hidden", "masked", "truncated", "dropped", "summarised"]
 """Why a message left the model's view (see :func:`~ctxcompact.store.removed_originals`)."""
 
 REMOVAL_KINDS: tuple[RemovalKind, ...] = ("hidden", "masked", "truncated", "dropped", "summarised")
+"""Every :data:`RemovalKind`, in the order a report lists them."""
 
 DEFAULT_NAMESPACE = "default"
 """The namespace used when none is given (one agent, one process)."""

@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 from ._clear_inputs import ToolInputClearing
+from ._fit import DROP_MARKER
 from ._guard import ContextGuard
 from ._hiding import ToolResultHiding
 from ._hiding_then_summary import HidingThenSummary
@@ -26,14 +27,18 @@ from ._shared import (
     SCHEMA1_PLACEHOLDER,
     SCHEMA1_SEED_PLACEHOLDER,
 )
-from ._summary import LLMSummary
+from ._summary import ALIGNED_SUMMARY_HEAD, SUMMARIZER_SYSTEM, SUMMARY_PREFIX, LLMSummary
 from ._truncation import ToolResultTruncation
 
 __all__ = [
+    "ALIGNED_SUMMARY_HEAD",
+    "DROP_MARKER",
     "HIDDEN_PLACEHOLDER",
     "KLIP13_PLACEHOLDER",
     "SCHEMA1_PLACEHOLDER",
     "SCHEMA1_SEED_PLACEHOLDER",
+    "SUMMARIZER_SYSTEM",
+    "SUMMARY_PREFIX",
     "ContextGuard",
     "HidingThenSummary",
     "LLMSummary",

@@ -41,6 +41,7 @@ __all__ = [
     "LLMRequest",
     "ScriptedLLM",
     "ScriptedResponse",
+    "StrategyFunction",
     "StrategyInvariantError",
     "assert_output_invariants",
     "assert_strategy_invariants",
@@ -146,6 +147,7 @@ class ScriptedLLM:
 
 
 StrategyFunction = Callable[[CompactionContext], CompactionOutput | Awaitable[CompactionOutput]]
+"""What :class:`FunctionStrategy` wraps: a sync or async function of the context."""
 
 
 class FunctionStrategy:

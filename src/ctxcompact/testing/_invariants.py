@@ -42,6 +42,7 @@ INVARIANTS: tuple[Invariant, ...] = (
     "system messages kept",
     "valid history",
 )
+"""Every invariant a strategy's output is checked against, in the order they are checked."""
 
 Problem = tuple[Invariant, str]
 _SYSTEM_ROLES = ("system", "developer")
