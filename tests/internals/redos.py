@@ -26,18 +26,19 @@ from typing import Any
 from ctxcompact import from_openai
 from ctxcompact._tokens import windows as _models
 from ctxcompact._tokens.windows import context_window, parse_context_error
-from ctxcompact.proxy._redact import _SAFE_ERRORS
-from ctxcompact.replay._referenced import distinctive_tokens
-from ctxcompact.store import DEFAULT_RECALL_TEMPLATE
-from ctxcompact.store._recall import _LineFilter
-from ctxcompact.strategies import _errors, _fit, _summary, _truncation
-from ctxcompact.strategies._shared import (
+from ctxcompact.kit import _errors
+from ctxcompact.kit._shared import (
     HIDDEN_PLACEHOLDER,
     KLIP13_PLACEHOLDER,
     SCHEMA1_PLACEHOLDER,
     SCHEMA1_SEED_PLACEHOLDER,
     placeholder_pattern,
 )
+from ctxcompact.proxy._redact import _SAFE_ERRORS
+from ctxcompact.replay._referenced import distinctive_tokens
+from ctxcompact.store import DEFAULT_RECALL_TEMPLATE
+from ctxcompact.store._recall import _LineFilter
+from ctxcompact.strategies import _fit, _summary, _truncation
 from tests.helpers.traces import load_trace, trace_names
 
 BUILTIN_TEMPLATES = {

@@ -14,8 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ctxcompact.kit import clear_error_cache, error_reason, looks_like_error
-from ctxcompact.strategies import _errors
+from ctxcompact.kit import _errors, clear_error_cache, error_reason, looks_like_error
 from tests.helpers.traces import load_meta, load_trace, trace_names
 from tests.test_strategy_errors import ERRORS, NOT_ERRORS
 
@@ -202,6 +201,6 @@ def _bare_reason(text: str) -> str | None:
 
 def test_shared_still_exports_is_error_result() -> None:
     """``benchmarks/bench_replay.py`` imports it from ``_shared``, its old home."""
-    from ctxcompact.strategies import _shared
+    from ctxcompact.kit import _shared
 
     assert _shared.is_error_result is _errors.is_error_result

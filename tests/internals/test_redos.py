@@ -21,9 +21,10 @@ from hypothesis import strategies as st
 
 from ctxcompact import Message, from_openai
 from ctxcompact._tokens.windows import parse_context_error
+from ctxcompact.kit import _errors
+from ctxcompact.kit._shared import placeholder_pattern, render_placeholder
 from ctxcompact.store import MemoryStore, StoredOriginal, execute_recall
-from ctxcompact.strategies import Schema1Masking, _errors, _schema1, _summary
-from ctxcompact.strategies._shared import placeholder_pattern, render_placeholder
+from ctxcompact.strategies import Schema1Masking, _schema1, _summary
 from tests.helpers.strategy_checks import run
 from tests.helpers.traces import load_trace, trace_names
 from tests.internals.redos import (

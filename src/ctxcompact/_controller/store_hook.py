@@ -29,16 +29,16 @@ import weakref
 from typing import TYPE_CHECKING
 
 from ..exceptions import ConfigError, CtxCompactError
-from ..store._recall import DEFAULT_RECALL_TEMPLATE, RECALL_TOOL_NAME, recall_placeholder
-from ..store._records import StoredOriginal
-from ..store._removed import removed_originals
-from ..strategies._shared import (
+from ..kit._shared import (
     HIDDEN_PLACEHOLDER,
     KLIP13_PLACEHOLDER,
     SCHEMA1_PLACEHOLDER,
     SCHEMA1_SEED_PLACEHOLDER,
     placeholder_pattern,
 )
+from ..store._recall import DEFAULT_RECALL_TEMPLATE, RECALL_TOOL_NAME, recall_placeholder
+from ..store._records import StoredOriginal
+from ..store._removed import removed_originals
 
 if TYPE_CHECKING:
     from collections.abc import Sequence

@@ -14,6 +14,12 @@
 
 from __future__ import annotations
 
+from ..kit._shared import (
+    HIDDEN_PLACEHOLDER,
+    KLIP13_PLACEHOLDER,
+    SCHEMA1_PLACEHOLDER,
+    SCHEMA1_SEED_PLACEHOLDER,
+)
 from ._clear_inputs import ToolInputClearing
 from ._fit import DROP_MARKER
 from ._guard import ContextGuard
@@ -21,12 +27,6 @@ from ._hiding import ToolResultHiding
 from ._hiding_then_summary import HidingThenSummary
 from ._pipeline import Pipeline
 from ._schema1 import MaskPolicy, Schema1Masking, mask_old_tool_results
-from ._shared import (
-    HIDDEN_PLACEHOLDER,
-    KLIP13_PLACEHOLDER,
-    SCHEMA1_PLACEHOLDER,
-    SCHEMA1_SEED_PLACEHOLDER,
-)
 from ._summary import ALIGNED_SUMMARY_HEAD, SUMMARIZER_SYSTEM, SUMMARY_PREFIX, LLMSummary
 from ._truncation import ToolResultTruncation
 

@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING
 from .._history.groups import tool_groups
 from .._history.messages import Message, TextPart
 from ..exceptions import ContextBudgetError
+from ..kit._shared import call_names, with_content
 from ._cut import cut_message, shrink, water_fill
-from ._shared import call_names, with_content
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence

@@ -16,8 +16,8 @@ import logging
 from typing import TYPE_CHECKING
 
 from ..exceptions import ConfigError
+from ..kit._shared import check_int
 from ._fit import DROP_MARKER, Fitter, Plan, log_truncated, result_names
-from ._shared import check_int
 from ._truncation import ToolResultTruncation
 
 if TYPE_CHECKING:

@@ -8,8 +8,7 @@ from .._history.groups import ToolGroup, tool_groups
 from .._history.messages import Message, TextPart
 from .._tokens.counters import HeuristicTokenCounter, TokenCounter
 from ..exceptions import ConfigError
-from ._clear_inputs import clearer_for
-from ._shared import (
+from ..kit._shared import (
     HIDDEN_PLACEHOLDER,
     PlaceholderCost,
     batched_boundary,
@@ -18,6 +17,7 @@ from ._shared import (
     old_groups_end,
     rewrite_contents,
 )
+from ._clear_inputs import clearer_for
 
 if TYPE_CHECKING:
     from collections.abc import Sequence

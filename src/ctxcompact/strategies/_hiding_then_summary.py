@@ -21,8 +21,8 @@ from ..exceptions import (
     LLMUnavailableError,
     SummaryRejectedError,
 )
+from ..kit._shared import HIDDEN_PLACEHOLDER
 from ._hiding import ToolResultHiding
-from ._shared import HIDDEN_PLACEHOLDER
 from ._summary import SUMMARY_PROMPT, LLMSummary
 
 if TYPE_CHECKING:

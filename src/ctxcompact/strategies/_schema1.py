@@ -22,9 +22,8 @@ from .._history.groups import tool_groups
 from .._history.messages import Message, ToolCall, construct
 from .._tokens.counters import HeuristicTokenCounter, TokenCounter
 from ..exceptions import ConfigError
-from ._clear_inputs import ArgumentClearer, clearer_for
-from ._errors import looks_like_error
-from ._shared import (
+from ..kit._errors import looks_like_error
+from ..kit._shared import (
     SCHEMA1_FIELDS,
     SCHEMA1_PLACEHOLDER,
     SCHEMA1_SEED_PLACEHOLDER,
@@ -38,6 +37,7 @@ from ._shared import (
     rewrite_contents,
     validate_template,
 )
+from ._clear_inputs import ArgumentClearer, clearer_for
 
 if TYPE_CHECKING:
     from .._contract.protocols import CompactionContext

@@ -29,7 +29,7 @@ from ..exceptions import (
     LLMRequiredError,
     SummaryRejectedError,
 )
-from ._shared import check_int
+from ..kit._shared import check_int
 
 if TYPE_CHECKING:
     from collections.abc import Sequence

@@ -39,10 +39,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ._history.groups import ToolGroup, tool_groups
-from .strategies import _errors, _shared
-from .strategies._errors import clear_error_cache
-from .strategies._shared import (
+from .._history.groups import ToolGroup, tool_groups
+from . import _errors, _shared
+from ._errors import clear_error_cache
+from ._shared import (
     HEURISTIC_TOKENS_PER_EXTRA_BYTE,
     KLIP13_PLACEHOLDER,
     MAX_CHARS_PER_TOKEN,
@@ -55,7 +55,7 @@ if TYPE_CHECKING:
     import re
     from collections.abc import Callable, Collection, Sequence
 
-    from ._history.messages import Message
+    from .._history.messages import Message
 
 HIDDEN_PLACEHOLDER: str = _shared.HIDDEN_PLACEHOLDER
 """KLIP-13's placeholder for a hidden tool result (``ToolResultHiding``'s default)."""
