@@ -42,9 +42,9 @@ def block(tmp_path: Path, name: str) -> Path:
 
 
 def test_plain_pytest_collects_the_doctests_of_src() -> None:
-    result = run_pytest("--collect-only", "src/ctxcompact/kit.py", "src/ctxcompact/strategies")
+    result = run_pytest("--collect-only", "src/ctxcompact/kit", "src/ctxcompact/strategies")
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "ctxcompact.kit.batched_boundary" in result.stdout
+    assert "ctxcompact.kit._groups.batched_boundary" in result.stdout
     assert "ctxcompact.strategies._pipeline.Pipeline" in result.stdout
 
 

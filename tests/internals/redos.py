@@ -26,12 +26,12 @@ from typing import Any
 from ctxcompact import from_openai
 from ctxcompact._tokens import windows as _models
 from ctxcompact._tokens.windows import context_window, parse_context_error
-from ctxcompact.kit import _errors
-from ctxcompact.kit._shared import (
+from ctxcompact.kit import (
     HIDDEN_PLACEHOLDER,
     KLIP13_PLACEHOLDER,
     SCHEMA1_PLACEHOLDER,
     SCHEMA1_SEED_PLACEHOLDER,
+    _errors,
     placeholder_pattern,
 )
 from ctxcompact.proxy._redact import _SAFE_ERRORS

@@ -197,10 +197,3 @@ def _bare_reason(text: str) -> str | None:
         if hit and (p.also is None or re.search(p.also, text)):
             return p.name
     return None
-
-
-def test_shared_still_exports_is_error_result() -> None:
-    """``benchmarks/bench_replay.py`` imports it from ``_shared``, its old home."""
-    from ctxcompact.kit import _shared
-
-    assert _shared.is_error_result is _errors.is_error_result

@@ -21,8 +21,7 @@ from hypothesis import strategies as st
 
 from ctxcompact import Message, from_openai
 from ctxcompact._tokens.windows import parse_context_error
-from ctxcompact.kit import _errors
-from ctxcompact.kit._shared import placeholder_pattern, render_placeholder
+from ctxcompact.kit import _errors, placeholder_pattern, render_placeholder
 from ctxcompact.store import MemoryStore, StoredOriginal, execute_recall
 from ctxcompact.strategies import Schema1Masking, _schema1, _summary
 from tests.helpers.strategy_checks import run

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from ctxcompact import HeuristicTokenCounter, Message, from_openai
 from ctxcompact._controller.running_count import RunningCount
-from ctxcompact.kit._shared import with_content
+from ctxcompact.kit import with_content
 from tests.helpers.gen import user, valid_histories
 from tests.helpers.traces import load_trace, trace_names
 

@@ -29,7 +29,7 @@ import weakref
 from typing import TYPE_CHECKING
 
 from ..exceptions import ConfigError, CtxCompactError
-from ..kit._shared import (
+from ..kit import (
     HIDDEN_PLACEHOLDER,
     KLIP13_PLACEHOLDER,
     SCHEMA1_PLACEHOLDER,

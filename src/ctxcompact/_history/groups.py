@@ -27,6 +27,13 @@ class ToolGroup:
         result_indices: Indices of the tool messages that answer one of its calls.
         end: Index one past the run of tool messages that follows the assistant message
             (results that answer none of its calls, orphans, are inside the run too).
+
+    Example:
+        >>> from ctxcompact import Message, ToolCall
+        >>> call = ToolCall(id="c1", name="ls", arguments="{}")
+        >>> history = [Message.assistant(None, tool_calls=[call]), Message.tool("c1", "a.py")]
+        >>> tool_groups(history)
+        [ToolGroup(call_index=0, result_indices=(1,), end=2)]
     """
 
     call_index: int

@@ -299,15 +299,28 @@ def error_reason(text: str) -> str | None:
 
 
 def clear_error_cache() -> None:
-    """Forget every cached :func:`error_reason` verdict (benchmarks measure the first sight)."""
+    """Forget every cached :func:`error_reason` verdict: the next call on any text scans it
+    again (a benchmark of the first sight, or a test, starts from here).
+
+    Example:
+        >>> clear_error_cache()
+        >>> error_reason("Error: not found")  # scanned, then kept
+        'error_line'
+    """
     _short_verdicts.cache_clear()
     _long_verdicts.cache_clear()
 
 
 def looks_like_error(content: object) -> bool:
-    """Whether tool-result ``content`` looks like an error (seed 001 §6, without false alarms).
+    """Whether tool-result ``content`` (a string, or a list of text parts or dicts) looks
+    like an error: seed 001 §6's markers, without its false alarms. A list is checked by its
+    text parts; anything else is not an error.
 
-    Strings are checked directly; list content (raw dicts or parts) by its text parts.
+    Example:
+        >>> looks_like_error("bash: foo: command not found")
+        True
+        >>> looks_like_error([{"type": "text", "text": "all 12 tests passed"}])
+        False
     """
     if isinstance(content, str):
         return error_reason(content) is not None
@@ -323,5 +336,16 @@ def looks_like_error(content: object) -> bool:
 
 
 def is_error_result(message: Message) -> bool:
-    """A tool result flagged as an error by its provider, or looking like one."""
+    """Whether a tool result failed: flagged by its provider (``is_error``) or looking like it.
+
+    The text heuristic is :func:`error_reason`'s: tracebacks, ``Error:`` lines, compiler and
+    test-runner failures, shell errors, timeouts, JSON error objects and more, each anchored
+    so that prose or source code that merely mentions "error" does not count.
+
+    Example:
+        >>> is_error_result(Message.tool("c1", "Traceback (most recent call last):\\n  ..."))
+        True
+        >>> is_error_result(Message.tool("c1", "Handles the error case when a file is missing."))
+        False
+    """
     return message.is_error or looks_like_error(message.content)

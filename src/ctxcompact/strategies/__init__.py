@@ -14,7 +14,7 @@
 
 from __future__ import annotations
 
-from ..kit._shared import (
+from ..kit import (
     HIDDEN_PLACEHOLDER,
     KLIP13_PLACEHOLDER,
     SCHEMA1_PLACEHOLDER,

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from .._history.groups import tool_groups
 from .._tokens.counters import HeuristicTokenCounter, TokenCounter
 from ..exceptions import ConfigError
-from ..kit._shared import batched_boundary, check_int, validate_template
+from ..kit import batched_boundary, check_int, validate_template
 
 if TYPE_CHECKING:
     from collections.abc import Collection, Sequence

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from .._history.messages import Message, TextPart
-from ..kit._shared import with_content
+from ..kit import with_content
 from ._truncation import TRUNCATION_MARKER
 
 if TYPE_CHECKING:

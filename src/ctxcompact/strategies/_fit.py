@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from .._history.groups import tool_groups
 from .._history.messages import Message, TextPart
 from ..exceptions import ContextBudgetError
-from ..kit._shared import call_names, with_content
+from ..kit import call_names, with_content
 from ._cut import cut_message, shrink, water_fill
 
 if TYPE_CHECKING:

@@ -16,7 +16,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from ..exceptions import ConfigError
-from ..kit._shared import check_int
+from ..kit import check_int
 from ._fit import DROP_MARKER, Fitter, Plan, log_truncated, result_names
 from ._truncation import ToolResultTruncation
 

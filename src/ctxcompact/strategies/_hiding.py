@@ -8,7 +8,7 @@ from .._history.groups import ToolGroup, tool_groups
 from .._history.messages import Message, TextPart
 from .._tokens.counters import HeuristicTokenCounter, TokenCounter
 from ..exceptions import ConfigError
-from ..kit._shared import (
+from ..kit import (
     HIDDEN_PLACEHOLDER,
     PlaceholderCost,
     batched_boundary,
@@ -38,7 +38,7 @@ class ToolResultHiding:
     more tokens than the placeholder under the context's token counter: hiding never makes a
     result bigger (the default placeholder is 32 characters but ~15 heuristic tokens, as much
     as ~48 ASCII characters). Only results short enough for that to be possible are counted
-    (see :class:`~._shared.PlaceholderCost`), so hiding stays about as fast as copying.
+    (see :class:`~ctxcompact.kit.PlaceholderCost`), so hiding stays about as fast as copying.
 
     Args:
         preserve_recent_n: How many of the newest groups keep their results.

@@ -21,7 +21,7 @@ from ..exceptions import (
     LLMUnavailableError,
     SummaryRejectedError,
 )
-from ..kit._shared import HIDDEN_PLACEHOLDER
+from ..kit import HIDDEN_PLACEHOLDER
 from ._hiding import ToolResultHiding
 from ._summary import SUMMARY_PROMPT, LLMSummary
 

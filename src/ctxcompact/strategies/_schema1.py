@@ -22,8 +22,7 @@ from .._history.groups import tool_groups
 from .._history.messages import Message, ToolCall, construct
 from .._tokens.counters import HeuristicTokenCounter, TokenCounter
 from ..exceptions import ConfigError
-from ..kit._errors import looks_like_error
-from ..kit._shared import (
+from ..kit import (
     SCHEMA1_FIELDS,
     SCHEMA1_PLACEHOLDER,
     SCHEMA1_SEED_PLACEHOLDER,
@@ -32,6 +31,7 @@ from ..kit._shared import (
     batched_boundary,
     call_names,
     check_int,
+    looks_like_error,
     placeholder_pattern,
     render_placeholder,
     rewrite_contents,

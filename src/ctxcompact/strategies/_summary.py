@@ -29,7 +29,7 @@ from ..exceptions import (
     LLMRequiredError,
     SummaryRejectedError,
 )
-from ..kit._shared import check_int
+from ..kit import check_int
 
 if TYPE_CHECKING:
     from collections.abc import Sequence

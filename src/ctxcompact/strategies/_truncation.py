@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from .._history.messages import Message, TextPart
 from ..exceptions import ConfigError
-from ..kit._shared import check_int, with_content
+from ..kit import check_int, with_content
 
 if TYPE_CHECKING:
     from collections.abc import Sequence

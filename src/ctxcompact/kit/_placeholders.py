@@ -1,8 +1,7 @@
-"""Helpers every built-in strategy shares: placeholders, copies, parameter checks and the
-cache-friendly batching of a masking boundary.
+"""Placeholders for hidden tool results: the texts, templates, and what one saves in tokens.
 
-Written once here so the strategies agree on what a hidden result looks like. The error
-heuristic lives in :mod:`._errors`.
+Written once here so every strategy, and the store that recognises a placeholder later,
+agrees on what a hidden result looks like.
 """
 
 from __future__ import annotations
@@ -16,10 +15,9 @@ from typing import TYPE_CHECKING
 from .._history.messages import Message, with_content
 from .._tokens.counters import HeuristicTokenCounter, TiktokenCounter
 from ..exceptions import ConfigError
-from ._errors import is_error_result  # re-exported: benchmarks/bench_replay.py imports it here
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Collection, Iterable, Sequence
+    from collections.abc import Callable, Collection
 
     from .._tokens.counters import TokenCounter
 
@@ -33,63 +31,64 @@ __all__ = [
     "SCHEMA1_SEED_PLACEHOLDER",
     "UNKNOWN_TOOL_NAME",
     "PlaceholderCost",
-    "batched_boundary",
-    "call_names",
-    "check_int",
-    "group_results",
-    "is_error_result",
-    "old_groups_end",
     "placeholder_pattern",
     "render_placeholder",
-    "rewrite_contents",
     "validate_template",
-    "with_content",
 ]
 
 HIDDEN_PLACEHOLDER = "[old tool result hidden]"
-"""ToolResultHiding's default placeholder (8 heuristic tokens, KLIP-13's own text costs 15)."""
+"""``ToolResultHiding``'s default placeholder: 8 heuristic tokens, where KLIP-13's own text
+(:data:`KLIP13_PLACEHOLDER`) costs 15."""
 
 KLIP13_PLACEHOLDER = "<system>历史 tool_call已隐藏</system>"
-"""KLIP-13's own placeholder, a preset: ``ToolResultHiding(placeholder=KLIP13_PLACEHOLDER)``."""
+"""KLIP-13's own placeholder, as the seed writes it; a preset:
+``ToolResultHiding(placeholder=KLIP13_PLACEHOLDER)``."""
 
 SCHEMA1_PLACEHOLDER = (
     "[Observation masked: old tool result "
     "(tool_call_id={tool_call_id}, tool={tool_name}, chars={original_chars})]"
 )
-"""Schema1Masking's default placeholder template: seed 001's text, in English."""
+"""``Schema1Masking``'s default placeholder template: seed 001's text, in English (fields
+:data:`SCHEMA1_FIELDS`, filled by :func:`render_placeholder`)."""
 
 SCHEMA1_SEED_PLACEHOLDER = (
     "[Observation masquée: résultat d’outil ancien "
     "(tool_call_id={tool_call_id}, outil={tool_name}, chars={original_chars})]"
 )
-"""Seed 001's template as written (French, ``d’outil``): the default of :class:`MaskPolicy`,
-a preset for ``Schema1Masking(placeholder_template=SCHEMA1_SEED_PLACEHOLDER)``."""
+"""Seed 001's template as the seed writes it (French, ``d’outil``): the default of
+``MaskPolicy``, and a preset: ``Schema1Masking(placeholder_template=SCHEMA1_SEED_PLACEHOLDER)``."""
 
 SCHEMA1_FIELDS = frozenset({"tool_call_id", "tool_name", "original_chars"})
-"""The fields a Schema 1 placeholder template may use."""
+"""The fields :func:`render_placeholder` fills (``tool_call_id``, ``tool_name``,
+``original_chars``): pass them to :func:`validate_template`."""
 
 UNKNOWN_TOOL_NAME = "unknown"
 """``{tool_name}`` when the call a result answers has no name (seed 001 writes ``inconnu``)."""
-
-
-# -- copies -----------------------------------------------------------------------------------
-
-
-def rewrite_contents(history: Sequence[Message], plan: Iterable[tuple[int, str]]) -> list[Message]:
-    """A new list: ``history`` with ``message[i]`` replaced by its copy with content ``text``
-    for each ``(i, text)`` of ``plan`` (:func:`with_content`); every other message is reused.
-    """
-    out = list(history)
-    for i, text in plan:
-        out[i] = with_content(history[i], text)
-    return out
 
 
 # -- placeholders -----------------------------------------------------------------------------
 
 
 def validate_template(template: str, allowed: Collection[str], *, key: str) -> None:
-    """Raise :class:`ConfigError` unless ``template`` is a format string over ``allowed``."""
+    """Check a placeholder template when the strategy is built, not when it first runs.
+
+    The template must be a ``str.format`` template that uses only the fields in
+    ``allowed`` and has some fixed text (or a placeholder could not be told from a real
+    result).
+
+    Raises:
+        ConfigError: Naming ``key`` (the parameter) and what is wrong; the loader reports it
+            with the strategy's spec.
+
+    Example:
+        >>> from ctxcompact.exceptions import ConfigError
+        >>> validate_template("[old {tool} result]", {"tool"}, key="placeholder")
+        >>> try:
+        ...     validate_template("[old {nope}]", {"tool"}, key="placeholder")
+        ... except ConfigError as exc:
+        ...     print(exc.key, "|", exc)
+        placeholder | key 'placeholder': placeholder template '[old {nope}]' uses unknown field(s) ['nope']; allowed: ['tool'] (write {{ and }} for literal braces)
+    """  # noqa: E501 - a doctest's output is one line
     try:
         fields = {f for _, f, _, _ in string.Formatter().parse(template) if f is not None}
     except ValueError as exc:
@@ -117,7 +116,14 @@ def validate_template(template: str, allowed: Collection[str], *, key: str) -> N
 
 
 def render_placeholder(template: str, *, tool_call_id: str, tool_name: str, chars: int) -> str:
-    """``template`` with ``{tool_call_id}``, ``{tool_name}`` and ``{original_chars}`` filled."""
+    """A Schema 1 style placeholder: ``template`` with ``{tool_call_id}``, ``{tool_name}``
+    (:data:`UNKNOWN_TOOL_NAME` when empty) and ``{original_chars}`` filled in.
+
+    Example:
+        >>> render_placeholder("[masked {tool_name} {tool_call_id}: {original_chars} chars]",
+        ...                    tool_call_id="c1", tool_name="", chars=1200)
+        '[masked unknown c1: 1200 chars]'
+    """
     return template.format(
         tool_call_id=tool_call_id, tool_name=tool_name or UNKNOWN_TOOL_NAME, original_chars=chars
     )
@@ -125,7 +131,8 @@ def render_placeholder(template: str, *, tool_call_id: str, tool_name: str, char
 
 @lru_cache(maxsize=32)
 def placeholder_pattern(template: str) -> re.Pattern[str]:
-    """A regex whose ``fullmatch`` tells any rendering of ``template``, in linear time.
+    """A regex matching any rendering of ``template``: use ``fullmatch`` on a result's text
+    to leave an already-masked result alone (masking it again would change it for nothing).
 
     A field stands for any text without a newline (format specs such as
     ``{original_chars:,}`` change how a value looks). Every result of a conversation is
@@ -138,6 +145,11 @@ def placeholder_pattern(template: str) -> re.Pattern[str]:
     bounded number of times. It accepts exactly what the lazy form accepted
     (``tests/test_redos.py`` checks that on random templates and on every tool result of
     the traces).
+
+    Example:
+        >>> masked = placeholder_pattern("[masked {tool_name}: {original_chars} chars]")
+        >>> bool(masked.fullmatch("[masked ls: 1,200 chars]")), bool(masked.fullmatch("a.py"))
+        (True, False)
     """
     literals = [""]  # literal, field(s), literal, ..., literal
     for literal, field, _, _ in string.Formatter().parse(template):
@@ -262,100 +274,3 @@ class PlaceholderCost:
             return self._text_tokens(content) - placeholder_tokens
         count = self._counter.count_message
         return count(message) - count(with_content(message, placeholder))
-
-
-# -- groups -----------------------------------------------------------------------------------
-
-
-def old_groups_end(history: Sequence[Message], keep: int) -> int:
-    """Where the ``keep`` newest tool-call groups start (``len(history)`` when ``keep`` is 0).
-
-    ``0`` when there are fewer than ``keep`` groups, so nothing is old. Groups are
-    counted as :func:`ctxcompact.tool_groups` counts them (one per assistant message
-    with calls), scanning back from the end only as far as needed.
-    """
-    if keep <= 0:
-        return len(history)
-    seen = 0
-    for i in range(len(history) - 1, -1, -1):
-        message = history[i]
-        if message.tool_calls and message.role == "assistant":
-            seen += 1
-            if seen == keep:
-                return i
-    return 0
-
-
-def group_results(history: Sequence[Message], stop: int) -> list[int]:
-    """Indices of the tool results of every group that starts before ``stop``.
-
-    The same indices as the ``result_indices`` of :func:`ctxcompact.tool_groups`,
-    in one tight pass: hiding thousands of results must cost little more than copying the
-    list (see ``benchmarks/bench_strategies.py``).
-    """
-    out: list[int] = []
-    append = out.append
-    ids: object = ()
-    for i, message in zip(range(stop), history, strict=False):
-        role = message.role
-        if role == "tool":
-            if message.tool_call_id in ids:  # type: ignore[operator]
-                append(i)
-        elif role == "assistant" and message.tool_calls:
-            calls = message.tool_calls
-            ids = (calls[0].id,) if len(calls) == 1 else {c.id for c in calls}
-        else:
-            ids = ()
-    return out
-
-
-def call_names(call_message: Message) -> dict[str, str]:
-    """``tool_call_id -> tool name`` for one assistant message (never the whole history)."""
-    return {c.id: c.name for c in call_message.tool_calls or ()}
-
-
-# -- parameters and batching ------------------------------------------------------------------
-
-
-def check_int(name: str, value: int, *, minimum: int = 0) -> int:
-    """``value`` if it is an int ``>= minimum``, else a :class:`ConfigError` naming ``name``."""
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ConfigError(f"must be an integer, got {value!r}", key=name)
-    if value < minimum:
-        raise ConfigError(f"must be >= {minimum}, got {value}", key=name)
-    return value
-
-
-def batched_boundary(
-    boundary: int,
-    *,
-    batch_turns: int,
-    clear_at_least: int,
-    unit_tokens: Callable[[int], int],
-) -> int:
-    """Move a masking boundary only in batches, so the prompt prefix changes rarely.
-
-    ``boundary`` is how many units (tool turns or groups), oldest first, may be masked.
-    ``batch_turns = B`` rounds it down to a multiple of B. ``clear_at_least = T`` then moves
-    it back to the last unit at which the cumulative tokens of what would be masked
-    (``unit_tokens(k)`` for unit ``k``, counted from the oldest) cross a multiple of T, so
-    at least T tokens are freed per move. Both depend on the history only.
-
-    Example:
-        >>> batched_boundary(7, batch_turns=3, clear_at_least=0, unit_tokens=lambda k: 1)
-        6
-        >>> batched_boundary(7, batch_turns=0, clear_at_least=250, unit_tokens=lambda k: 100)
-        5
-    """
-    if batch_turns > 0:
-        boundary -= boundary % batch_turns
-    if clear_at_least <= 0 or boundary <= 0:
-        return boundary
-    total = 0
-    allowed = 0
-    for k in range(boundary):
-        before = total // clear_at_least
-        total += unit_tokens(k)
-        if total // clear_at_least > before:
-            allowed = k + 1
-    return allowed
