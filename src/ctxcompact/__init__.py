@@ -63,8 +63,10 @@ from ._tokens.counters import (
     IMAGE_TOKENS,
     PER_MESSAGE_TOKENS,
     HeuristicTokenCounter,
+    TextTokenCounter,
     TiktokenCounter,
     TokenCounter,
+    counts_text,
 )
 from ._tokens.windows import CONTEXT_WINDOWS, context_window, parse_context_error
 from ._wiring import Wiring, wire
@@ -114,6 +116,7 @@ __all__ = [
     "StoreConfig",
     "StrategyInfo",
     "TextPart",
+    "TextTokenCounter",
     "TiktokenCounter",
     "TokenCounter",
     "TokenCountingConfig",
@@ -129,6 +132,7 @@ __all__ = [
     "__version__",
     "check_history",
     "context_window",
+    "counts_text",
     "from_anthropic",
     "from_openai",
     "from_responses",

@@ -13,7 +13,7 @@ from functools import lru_cache
 from typing import TYPE_CHECKING
 
 from .._history.messages import Message, with_content
-from .._tokens.counters import HeuristicTokenCounter, TiktokenCounter
+from .._tokens.counters import HeuristicTokenCounter, TiktokenCounter, counts_text
 from ..exceptions import ConfigError
 
 if TYPE_CHECKING:
@@ -182,6 +182,10 @@ HEURISTIC_TOKENS_PER_EXTRA_BYTE = 1.3
 (``tests/test_strategy_shared.py`` checks every character against the counter)."""
 
 
+_HEURISTIC_TEXT = HeuristicTokenCounter.count_text
+_TIKTOKEN_TEXT = TiktokenCounter.count_text
+
+
 class PlaceholderCost:
     """What replacing a tool result's content with a placeholder saves, under one counter.
 
@@ -189,10 +193,13 @@ class PlaceholderCost:
     tokens, not in characters (a 32-character Chinese placeholder costs as much as ~48 ASCII
     characters under the heuristic). Counting every result would make hiding several times
     slower, so a string result is counted only when it is at most :meth:`char_bound`
-    characters long; above that it surely costs more than the placeholder. For the two
-    built-in counters, which count a message as an overhead plus its texts, only the texts
-    are counted (the rest is the same before and after); any other counter counts the whole
-    message both ways.
+    characters long; above that it surely costs more than the placeholder. A counter that
+    counts a bare string (:func:`~ctxcompact.counts_text`: both built-ins, a counter of
+    one's own with ``count_text``, replay's memo around either) has only the texts counted,
+    the rest of the message being the same before and after; any other counter counts the
+    whole message both ways. The verdicts are the same either way, only the work differs.
+    When the text counting is the built-in heuristic's or tiktoken's (a wrapper forwarding
+    it included), bounds known of it settle most results without counting them.
 
     Args:
         counter: The context's token counter.
@@ -203,7 +210,7 @@ class PlaceholderCost:
         (3, 9)
     """
 
-    __slots__ = ("_counter", "_cpt", "_rate", "_text_tokens", "ascii_by_length")
+    __slots__ = ("_bytes_bound", "_counter", "_cpt", "_rate", "_text_tokens", "ascii_by_length")
 
     def __init__(self, counter: TokenCounter) -> None:
         self._counter = counter
@@ -214,16 +221,21 @@ class PlaceholderCost:
         """Whether an ASCII string result saves tokens exactly when it is longer than
         :meth:`char_bound` (the heuristic's ASCII cost depends on the length alone), so the
         fast path need not count it."""
-        # Exact types only: a subclass may count a message some other way.
-        kind = type(counter)
-        if isinstance(counter, TiktokenCounter) and kind is TiktokenCounter:
-            self._text_tokens = counter.count_text
-        elif isinstance(counter, HeuristicTokenCounter) and kind is HeuristicTokenCounter:
-            self._text_tokens = counter.count_text
+        self._bytes_bound = False  # tiktoken's: at most one token a UTF-8 byte
+        if not counts_text(counter):
+            return
+        text_tokens = self._text_tokens = counter.count_text
+        # The bounds below are facts about the built-in text counting, whoever holds it: the
+        # counter, a subclass that keeps it, or a wrapper that forwards it.
+        owner = getattr(text_tokens, "__self__", None)
+        function = getattr(text_tokens, "__func__", None)
+        if isinstance(owner, HeuristicTokenCounter) and function is _HEURISTIC_TEXT:
             # Its ASCII rate is exact, and any other character costs at least one token.
-            self._cpt = counter.chars_per_token
+            self._cpt = owner.chars_per_token
             self._rate = max(self._cpt, 1.0)
-            self.ascii_by_length = self._rate == counter.chars_per_token
+            self.ascii_by_length = self._rate == owner.chars_per_token
+        elif isinstance(owner, TiktokenCounter) and function is _TIKTOKEN_TEXT:
+            self._bytes_bound = True
 
     def tokens(self, placeholder: str) -> int:
         """The placeholder's cost, in the unit :meth:`saved` and :meth:`char_bound` take."""
@@ -247,9 +259,9 @@ class PlaceholderCost:
         if text_tokens is None or type(content) is not str:
             return self.saved(message, placeholder, 0) > 0  # counts the whole message
         size = len(placeholder.encode("utf-8", "surrogatepass"))
-        if not self._cpt:  # tiktoken: at most one token a byte
-            if len(content) > self._rate * size:
-                return True
+        if not self._cpt:  # tiktoken, or a counter of one's own: no bound known of it
+            if self._bytes_bound and len(content) > self._rate * size:
+                return True  # tiktoken: at most one token a byte
             return text_tokens(content) > text_tokens(placeholder)
         cpt, length = self._cpt, len(placeholder)
         most = math.ceil(length / cpt + HEURISTIC_TOKENS_PER_EXTRA_BYTE * (size - length))

@@ -41,6 +41,7 @@ from .._contract.protocols import has_context_window
 from .._controller.controller import ControllerState
 from .._formats.files import read_conversation
 from .._history.messages import Message
+from .._tokens.counters import counts_text
 from .._tokens.pricing import PRICING, CacheMeter, CallCost, Pricing, message_time, provider
 from ._referenced import (
     ReferencedReport,
@@ -85,13 +86,18 @@ class MemoCounter:
 
     Replays count the same (immutable) messages at every call; remembering them by identity
     makes a replay linear in the messages counted rather than in their text. The messages
-    are kept alive by the memo so an id is never re-used while it is in there.
+    are kept alive by the memo so an id is never re-used while it is in there. When the
+    inner counter counts bare strings (:func:`~ctxcompact.counts_text`), its ``count_text``
+    is this counter's too, the very method: strategies then run the code they run in
+    production, not a slower path of their own.
 
     Example:
-        >>> from ctxcompact import HeuristicTokenCounter
+        >>> from ctxcompact import HeuristicTokenCounter, counts_text
         >>> message = Message.user("hello world")
         >>> counter = MemoCounter(HeuristicTokenCounter())
         >>> counter.count([message]) == HeuristicTokenCounter().count([message])
+        True
+        >>> counts_text(counter)
         True
     """
 
@@ -100,6 +106,8 @@ class MemoCounter:
         self._memo: dict[int, tuple[Message, int]] = {}
         # What the counter charges for a list beyond its messages (reply priming, if any).
         self._base = inner.count(())
+        if counts_text(inner):
+            self.count_text: Callable[[str], int] = inner.count_text
 
     def count_message(self, message: Message) -> int:
         hit = self._memo.get(id(message))
