@@ -12,7 +12,14 @@ from hypothesis import strategies as st
 
 import ctxcompact
 import ctxcompact.kit as kit
-from ctxcompact import CompactionContext, HeuristicTokenCounter, Message, from_openai
+from ctxcompact import (
+    CompactionContext,
+    HeuristicTokenCounter,
+    Message,
+    ToolSpec,
+    from_openai,
+    strategies,
+)
 from ctxcompact.exceptions import ConfigError
 from ctxcompact.kit import (
     SCHEMA1_FIELDS,
@@ -23,6 +30,7 @@ from ctxcompact.kit import (
     is_error_result,
     looks_like_error,
     old_groups_end,
+    options_repr,
     placeholder_pattern,
     render_placeholder,
     tool_groups,
@@ -221,3 +229,82 @@ def test_the_readme_example_strategy_batches_and_rejects_bad_params() -> None:
     assert hidden == [0, 0, 0, 0, 4, 4, 4, 4, 8, 8]
     with pytest.raises(ConfigError, match="keep"):
         HideOldResults(keep=-1)
+
+
+# -- reprs derived from the options ---------------------------------------------------------------
+
+SPECIAL_VALUES: dict[str, object] = {
+    "fallback": "noop-only",
+    "max_input_tokens": 9_000,
+    "tools": ["Read"],  # ToolInputClearing's: tool names
+    "LLMSummary.tools": [ToolSpec("ls")],  # the summarizer's: specs it sends
+    "HidingThenSummary.tools": [ToolSpec("ls")],
+    "context_window": 32_000,
+    "reserve_tokens": 1_000,
+    "fill": 0.5,
+}
+"""A valid value other than the default, for the options a generic change cannot make."""
+
+
+def _changed(cls: type, name: str, default: object) -> object:
+    for key in (f"{cls.__name__}.{name}", name):
+        if key in SPECIAL_VALUES:
+            return SPECIAL_VALUES[key]
+    if isinstance(default, bool):
+        return not default
+    if isinstance(default, int):
+        return default + 1
+    assert isinstance(default, str), name
+    return default + " (changed)"
+
+
+BUILT_INS = [
+    strategies.ToolResultHiding,
+    strategies.Schema1Masking,
+    strategies.LLMSummary,
+    strategies.HidingThenSummary,
+    strategies.ToolResultTruncation,
+    strategies.ContextGuard,
+    strategies.ToolInputClearing,
+]
+"""Pipeline's only options are its steps, shown positionally: its own test below."""
+
+
+@pytest.mark.parametrize("cls", BUILT_INS, ids=lambda c: c.__name__)
+def test_each_option_set_shows_in_the_repr_and_the_repr_rebuilds_it(cls: type) -> None:
+    base: dict[str, object] = {"context_window": 32_000} if cls is strategies.ContextGuard else {}
+    namespace = {**vars(strategies), "ToolSpec": ToolSpec}
+    options = [p for p in inspect.signature(cls).parameters.values() if p.kind is p.KEYWORD_ONLY]
+    assert options
+    for option in options:
+        strategy = cls(**{**base, option.name: _changed(cls, option.name, option.default)})
+        text = repr(strategy)
+        assert f"{option.name}=" in text, text
+        assert repr(eval(text, namespace)) == text  # reads like the call that built it
+    defaults = ", ".join(f"{k}={v!r}" for k, v in base.items())
+    assert repr(cls(**base)) == f"{cls.__name__}({defaults})"  # defaults are not shown
+
+
+def test_a_pipeline_shows_its_steps_whether_passed_or_loaded() -> None:
+    passed = strategies.Pipeline(
+        strategies.ToolResultTruncation(), strategies.ToolResultHiding(preserve_recent_n=3)
+    )
+    assert repr(passed) == "Pipeline(ToolResultTruncation(), ToolResultHiding(preserve_recent_n=3))"
+    loaded = strategies.Pipeline(steps=["tool-result-truncation"])
+    assert repr(loaded) == "Pipeline(ToolResultTruncation())"
+
+
+def test_options_repr_reads_options_from_the_parts_that_keep_them() -> None:
+    class Part:
+        def __init__(self) -> None:
+            self.limit = 7
+
+    class Strategy:
+        def __init__(self, llm: object = None, *, keep: int = 3, limit: int = 5) -> None:
+            self.llm, self.keep, self.part = llm, keep, Part()
+
+        def __repr__(self) -> str:
+            return options_repr(self, self.part)
+
+    assert repr(Strategy(object(), keep=3)) == "Strategy(limit=7)"  # llm: not an option
+    assert repr(Strategy(keep=4)) == "Strategy(keep=4, limit=7)"

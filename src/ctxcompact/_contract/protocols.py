@@ -90,7 +90,23 @@ class ToolSpec:
 
 @runtime_checkable
 class LLM(Protocol):
-    """A chat model. Adapters for the official SDKs live in :mod:`ctxcompact.llm`."""
+    """A chat model. Adapters for the official SDKs live in :mod:`ctxcompact.llm`.
+
+    One method: answer a history with a :class:`Completion`. Summarizing strategies call it
+    (as ``ctx.llm`` or their own), and so does :class:`~ctxcompact.Agent`. Scripted answers
+    for tests: :class:`ctxcompact.testing.ScriptedLLM`.
+
+    Example:
+        >>> import asyncio
+        >>> class Echo:
+        ...     "Answers with the last message's text: a model of one's own."
+        ...     async def complete(self, messages, *, system=None, tools=None, max_tokens=None):
+        ...         return Completion(Message.assistant(messages[-1].text), Usage(3, 1))
+        >>> isinstance(Echo(), LLM)
+        True
+        >>> asyncio.run(Echo().complete([Message.user("ping")])).message.text
+        'ping'
+    """
 
     async def complete(
         self,
@@ -194,7 +210,29 @@ class CompactionStrategy(Protocol):
 
     A strategy returns a new sequence (reusing unchanged messages) or ``None`` for no
     change; it never mutates ``ctx.history``, keeps causal order and keeps tool calls paired
-    with their results.
+    with their results. Its keyword-only constructor parameters are its options
+    (``[compaction.params]``); helpers the built-ins are made of are in :mod:`ctxcompact.kit`.
+
+    Example:
+        >>> import asyncio
+        >>> from ctxcompact import ToolCall
+        >>> class ElideLongResults:
+        ...     "Replaces tool results over 100 characters with a short text."
+        ...     async def compact(self, ctx):
+        ...         out = [m.replace(content="[elided]") if m.role == "tool"
+        ...                and len(m.text) > 100 else m for m in ctx.history]
+        ...         changed = any(a is not b for a, b in zip(out, ctx.history))
+        ...         return out if changed else None
+        >>> cat = ToolCall(id="c1", name="cat", arguments="{}")
+        >>> history = [Message.user("read it"), Message.assistant(None, tool_calls=[cat]),
+        ...            Message.tool("c1", "x" * 500)]
+        >>> isinstance(ElideLongResults(), CompactionStrategy)
+        True
+        >>> ctx = CompactionContext(history, token_count=200, max_context_size=300,
+        ...                         reserved_context_size=100)
+        >>> out = asyncio.run(ElideLongResults().compact(ctx))
+        >>> out[2].text, out[2].tool_call_id, len(history[2].text)
+        ('[elided]', 'c1', 500)
     """
 
     async def compact(self, ctx: CompactionContext) -> CompactionOutput:

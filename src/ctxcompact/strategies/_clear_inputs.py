@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from .._history.groups import tool_groups
 from .._tokens.counters import HeuristicTokenCounter, TokenCounter
 from ..exceptions import ConfigError
-from ..kit import batched_boundary, check_int, validate_template
+from ..kit import batched_boundary, check_int, options_repr, validate_template
 
 if TYPE_CHECKING:
     from collections.abc import Collection, Sequence
@@ -219,12 +219,7 @@ class ToolInputClearing:
         self.tools = self._clearer.tools
 
     def __repr__(self) -> str:
-        tools = "all" if self.tools is None else sorted(self.tools)
-        return (
-            f"ToolInputClearing(keep_recent={self.keep_recent}, min_chars={self.min_chars}, "
-            f"tools={tools!r}, batch_turns={self.batch_turns}, "
-            f"clear_at_least={self.clear_at_least})"
-        )
+        return options_repr(self)
 
     async def compact(self, ctx: CompactionContext) -> list[Message] | None:
         """Clear the long arguments of old calls in ``ctx.history``; ``None`` if none."""

@@ -16,7 +16,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from ..exceptions import ConfigError
-from ..kit import check_int
+from ..kit import check_int, options_repr
 from ._fit import DROP_MARKER, Fitter, Plan, log_truncated, result_names
 from ._truncation import ToolResultTruncation
 
@@ -137,6 +137,7 @@ class ContextGuard:
         self.truncation = ToolResultTruncation(
             max_chars=max_tool_result_chars, head_chars=head_chars, tail_chars=tail_chars
         )
+        self.max_tool_result_chars = max_tool_result_chars
         if context_window is not None:
             self.budget(None)
 
@@ -147,10 +148,7 @@ class ContextGuard:
         return 1.0 if self.context_window is not None else TRIGGERED_FILL
 
     def __repr__(self) -> str:
-        return (
-            f"ContextGuard(context_window={self.context_window}, "
-            f"reserve_tokens={self.reserve_tokens}, truncate_first={self.truncate_first})"
-        )
+        return options_repr(self, self.truncation)  # head_chars, tail_chars
 
     def budget(
         self,

@@ -15,6 +15,7 @@ from ..kit import (
     check_int,
     group_results,
     old_groups_end,
+    options_repr,
     rewrite_contents,
 )
 from ._clear_inputs import clearer_for
@@ -86,13 +87,10 @@ class ToolResultHiding:
         self.placeholder = placeholder
         self.clear_tool_inputs = clear_tool_inputs
         self._clearer = clearer_for(clear_tool_inputs, clear_inputs_min_chars)
+        self.clear_inputs_min_chars = clear_inputs_min_chars
 
     def __repr__(self) -> str:
-        return (
-            f"ToolResultHiding(preserve_recent_n={self.preserve_recent_n}, "
-            f"batch_turns={self.batch_turns}, clear_at_least={self.clear_at_least}, "
-            f"clear_tool_inputs={self.clear_tool_inputs!r})"
-        )
+        return options_repr(self)
 
     async def compact(self, ctx: CompactionContext) -> list[Message] | None:
         """Hide old tool results of ``ctx.history``; ``None`` when nothing was replaced."""

@@ -21,7 +21,7 @@ from ..exceptions import (
     LLMUnavailableError,
     SummaryRejectedError,
 )
-from ..kit import HIDDEN_PLACEHOLDER
+from ..kit import HIDDEN_PLACEHOLDER, options_repr
 from ._hiding import ToolResultHiding
 from ._summary import SUMMARY_PROMPT, LLMSummary
 
@@ -127,10 +127,7 @@ class HidingThenSummary:
         return self.summary.needs_llm()
 
     def __repr__(self) -> str:
-        return (
-            f"HidingThenSummary(preserve_recent_n={self.hiding.preserve_recent_n}, "
-            f"fallback={self.fallback!r}, summary={self.summary!r})"
-        )
+        return options_repr(self, self.hiding, self.summary)  # its two steps keep theirs
 
     async def compact(self, ctx: CompactionContext) -> Sequence[Message] | None:
         """Hide, then summarize when needed; ``None`` when neither changes anything."""

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from .._contract.protocols import Dependencies, needs_llm
 from .._plugins.loader import load_strategy
 from ..exceptions import ConfigError, LLMUnavailableError
+from ..kit import options_repr
 
 if TYPE_CHECKING:
     from .._contract.protocols import CompactionContext, CompactionStrategy
@@ -50,8 +51,7 @@ class Pipeline:
     Example:
         >>> from ctxcompact.strategies import ToolResultHiding, ToolResultTruncation
         >>> Pipeline(ToolResultTruncation(), ToolResultHiding(preserve_recent_n=3))
-        Pipeline(ToolResultTruncation(max_chars=50000, head_chars=2000, tail_chars=2000), \
-ToolResultHiding(preserve_recent_n=3, batch_turns=0, clear_at_least=0, clear_tool_inputs=False))
+        Pipeline(ToolResultTruncation(), ToolResultHiding(preserve_recent_n=3))
 
         In TOML::
 
@@ -81,7 +81,7 @@ ToolResultHiding(preserve_recent_n=3, batch_turns=0, clear_at_least=0, clear_too
         return any(needs_llm(step) for step in self.strategies)
 
     def __repr__(self) -> str:
-        return f"Pipeline({', '.join(repr(s) for s in self.strategies)})"
+        return options_repr(self, positional=self.strategies)
 
     async def compact(self, ctx: CompactionContext) -> Sequence[Message] | None:
         """Run every step; the last output, or ``None`` when no step changed anything."""

@@ -32,6 +32,7 @@ from ..kit import (
     call_names,
     check_int,
     looks_like_error,
+    options_repr,
     placeholder_pattern,
     render_placeholder,
     rewrite_contents,
@@ -342,6 +343,7 @@ class Schema1Masking:
         )
         self.clear_tool_inputs = clear_tool_inputs
         self._clearer = clearer_for(clear_tool_inputs, clear_inputs_min_chars)
+        self.clear_inputs_min_chars = clear_inputs_min_chars
 
     @classmethod
     def from_policy(cls, policy: MaskPolicy) -> Schema1Masking:
@@ -366,13 +368,7 @@ class Schema1Masking:
         )
 
     def __repr__(self) -> str:
-        p = self.policy
-        return (
-            f"Schema1Masking(window_turns={p.window_turns}, "
-            f"keep_errors={p.keep_errors}, keep_last_k_per_tool={p.keep_last_k_per_tool}, "
-            f"batch_turns={p.batch_turns}, clear_at_least={p.clear_at_least}, "
-            f"clear_tool_inputs={self.clear_tool_inputs!r})"
-        )
+        return options_repr(self, self.policy)  # most options live on the policy
 
     async def compact(self, ctx: CompactionContext) -> list[Message] | None:
         """Mask old tool results of ``ctx.history``; ``None`` when nothing was masked."""

@@ -29,7 +29,7 @@ from ..exceptions import (
     LLMRequiredError,
     SummaryRejectedError,
 )
-from ..kit import check_int
+from ..kit import check_int, options_repr
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -213,11 +213,7 @@ class LLMSummary:
         self.tools = None if tools is None else list(tools)
 
     def __repr__(self) -> str:
-        return (
-            f"LLMSummary(max_preserved_messages={self.max_preserved_messages}, "
-            f"max_summary_tokens={self.max_summary_tokens}, "
-            f"max_input_tokens={self.max_input_tokens}, cache_aligned={self.cache_aligned})"
-        )
+        return options_repr(self)
 
     def needs_llm(self) -> bool:
         """True when no LLM was given: it must come from the context (see ``NeedsLLM``)."""

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from .._history.messages import Message, TextPart
 from ..exceptions import ConfigError
-from ..kit import check_int, with_content
+from ..kit import check_int, options_repr, with_content
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -60,10 +60,7 @@ class ToolResultTruncation:
             )
 
     def __repr__(self) -> str:
-        return (
-            f"ToolResultTruncation(max_chars={self.max_chars}, head_chars={self.head_chars}, "
-            f"tail_chars={self.tail_chars})"
-        )
+        return options_repr(self)
 
     def truncate_text(self, text: str) -> str:
         """``text`` cut to head + marker + tail when longer than ``max_chars``, else itself."""
