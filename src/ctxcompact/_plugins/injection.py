@@ -22,6 +22,7 @@ Argument lists are not compared. It works the same for Protocols that are not
 from __future__ import annotations
 
 import collections.abc
+import dataclasses
 import inspect
 import re
 import typing
@@ -209,6 +210,8 @@ def inspect_class(
     offer: str | None = None
     for p in signature.parameters.values():
         param = _param(p, names)
+        if p.default is not _EMPTY and dataclasses.is_dataclass(cls):
+            param = dataclasses.replace(param, default=_field_default(cls, p.name, p.default))
         if p.kind is p.VAR_POSITIONAL:
             past_positional = True  # dependencies stop at *args, as at keyword-only ones
         elif p.kind is p.VAR_KEYWORD:
@@ -220,6 +223,15 @@ def inspect_class(
         elif not past_positional:
             positional.append(param)
     return StrategySignature(owner, tuple(positional), tuple(keyword), var_keyword, offer)
+
+
+def _field_default(cls: type, name: str, default: object) -> object:
+    """A dataclass option's default: its ``default_factory``'s value where the signature
+    only has dataclasses' placeholder for it (so a listing shows the real default)."""
+    field = next((f for f in dataclasses.fields(cls) if f.name == name), None)
+    if field is not None and field.default_factory is not dataclasses.MISSING:
+        return field.default_factory()
+    return default
 
 
 def _constructor(cls: type) -> tuple[inspect.Signature, dict[str, Any]]:

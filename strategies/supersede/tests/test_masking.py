@@ -7,13 +7,22 @@ the ``None`` rule.
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
 import json
 from typing import TYPE_CHECKING
 
 import pytest
-from ctxcompact_supersede import DEFAULT_PLACEHOLDER, SupersededReadMasking
+from ctxcompact_supersede import DEFAULT_PLACEHOLDER, DEFAULT_TOOLS, SupersededReadMasking
 
-from ctxcompact import HeuristicTokenCounter, Message, TokenCounter, ToolCall, load_strategy
+from ctxcompact import (
+    HeuristicTokenCounter,
+    Message,
+    TokenCounter,
+    ToolCall,
+    list_strategies,
+    load_strategy,
+)
 from ctxcompact.exceptions import ConfigError, StrategyLoadError
 from ctxcompact.testing import check_strategy_invariants
 
@@ -227,6 +236,7 @@ def test_bad_configuration_is_rejected_naming_the_parameter() -> None:
         ({"batch_turns": -1}, "batch_turns"),
         ({"clear_at_least": 1.5}, "clear_at_least"),
         ({"tools": {"read_file": ""}}, "tools"),
+        ({"tools": ["read_file"]}, "tools"),  # not a mapping
     ]:
         with pytest.raises(ConfigError) as info:
             SupersededReadMasking(**kwargs)  # type: ignore[arg-type]
@@ -264,3 +274,27 @@ def test_loaded_by_entry_point_name_and_by_class_with_params() -> None:
         assert strategy.batch_turns == 2
     with pytest.raises(StrategyLoadError, match="batch_turns"):
         load_strategy("supersede", params={"batch_turns": -1})
+
+
+def test_the_options_are_the_dataclass_fields() -> None:
+    """One definition each: the fields are the keyword-only parameters and the repr."""
+    names = [f.name for f in dataclasses.fields(SupersededReadMasking)]
+    assert names == ["tools", "placeholder", "keep_errors", "batch_turns", "clear_at_least"]
+    parameters = inspect.signature(SupersededReadMasking).parameters.values()
+    assert [p.name for p in parameters] == names
+    assert all(p.kind is p.KEYWORD_ONLY for p in parameters)
+    strategy = SupersededReadMasking(tools={"cat": "file"}, batch_turns=2)
+    assert repr(strategy).startswith("SupersededReadMasking(tools={'cat': 'file'}, placeholder=")
+    assert "batch_turns=2" in repr(strategy)
+    # Each instance has its own tools: the default is made anew, never shared.
+    first, second = SupersededReadMasking(), SupersededReadMasking()
+    assert first.tools == second.tools == dict(DEFAULT_TOOLS)
+    assert first.tools is not second.tools
+
+
+def test_ctxcompact_lists_the_options_with_their_real_defaults() -> None:
+    (info,) = [i for i in list_strategies() if i.name == "supersede"]
+    defaults = {p.name: p.default for p in info.params}
+    assert defaults["tools"] == dict(DEFAULT_TOOLS)  # not dataclasses' factory placeholder
+    assert defaults["batch_turns"] == 0
+    assert not any(p.required for p in info.params)

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 # Only public ctxcompact names: the package's top level and the kit for strategy authors.
@@ -18,7 +19,7 @@ from ctxcompact.kit import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
+    from collections.abc import Sequence
 
     from ctxcompact import CompactionContext, TokenCounter
 
@@ -52,6 +53,7 @@ class _Read:
     failed: bool
 
 
+@dataclass(kw_only=True, eq=False)
 class SupersededReadMasking:
     """Masks an older tool result when a later call of the same tool reads the same thing.
 
@@ -66,53 +68,63 @@ class SupersededReadMasking:
     Error results are kept (the model may need to know what failed), and a result is only
     superseded by a later result that is not an error.
 
-    Cache awareness, with the built-in maskers' batching rule: with ``batch_turns=N`` only
-    calls in the first ``N * k`` tool-call turns can supersede, so the rewritten prefix
-    changes once every ``N`` turns instead of at every call; with ``clear_at_least=T`` that
-    boundary moves only when the tokens freed, counted from the oldest turn, cross a multiple
-    of ``T`` (so at least ``T`` tokens per move). Both are computed from the history alone,
-    so the strategy is stateless.
+    Cache awareness, with the built-in maskers' batching rule
+    (:func:`ctxcompact.kit.batched_boundary`): with ``batch_turns=N`` only calls in the first
+    ``N * k`` tool-call turns can supersede, so the rewritten prefix changes once every ``N``
+    turns instead of at every call; with ``clear_at_least=T`` that boundary moves only when
+    the tokens freed, counted from the oldest turn, cross a multiple of ``T`` (so at least
+    ``T`` tokens per move). Both are computed from the history alone, so the strategy is
+    stateless.
 
     Tokens are counted with the context's counter (``ctx.token_counter``), the one the
     controller counts with, so "saves tokens" means the same thing to both.
 
-    Args:
-        tools: Tool name -> key argument name. Defaults to :data:`DEFAULT_TOOLS`.
-        placeholder: The replacement text (``{tool}``, ``{key}``, ``{value}`` filled in).
-        keep_errors: Never mask a result that looks like an error.
-        batch_turns: Move the superseding horizon in steps of this many tool-call turns.
-        clear_at_least: Move the masked prefix only in steps freeing at least this many
-            tokens.
+    The options are the dataclass's fields, keyword-only: the constructor's parameters, the
+    ``[compaction.params]`` keys, and the repr, from one definition each. They are checked
+    when the strategy is built.
 
     Raises:
-        ConfigError: A bad parameter, named by its key.
+        ConfigError: A bad option, named by its key.
 
     Example:
-        >>> s = SupersededReadMasking(tools={"read_file": "path"})
-        >>> sorted(s.tools)
-        ['read_file']
+        >>> s = SupersededReadMasking(tools={"read_file": "path"}, batch_turns=4)
+        >>> s.tools, s.batch_turns, s.keep_errors
+        ({'read_file': 'path'}, 4, True)
+        >>> SupersededReadMasking(batch_turns=-1)
+        Traceback (most recent call last):
+        ...
+        ctxcompact.exceptions.ConfigError: key 'batch_turns': must be >= 0, got -1
     """
 
-    def __init__(
-        self,
-        *,
-        tools: Mapping[str, str] | None = None,
-        placeholder: str = DEFAULT_PLACEHOLDER,
-        keep_errors: bool = True,
-        batch_turns: int = 0,
-        clear_at_least: int = 0,
-    ) -> None:
-        self.tools: dict[str, str] = dict(DEFAULT_TOOLS if tools is None else tools)
+    tools: Mapping[str, str] = field(default_factory=lambda: dict(DEFAULT_TOOLS))
+    """Tool name -> the argument that says what was read (:data:`DEFAULT_TOOLS`)."""
+
+    placeholder: str = DEFAULT_PLACEHOLDER
+    """The replacement text; ``{tool}``, ``{key}`` and ``{value}`` are filled in."""
+
+    keep_errors: bool = True
+    """Never mask a result that looks like an error."""
+
+    batch_turns: int = 0
+    """Move the superseding horizon in steps of this many tool-call turns (0: any step)."""
+
+    clear_at_least: int = 0
+    """Move the masked prefix only in steps freeing at least this many tokens (0: always)."""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.tools, Mapping):
+            raise ConfigError(
+                f"must map tool names to argument names, got {self.tools!r}", key="tools"
+            )
+        self.tools = dict(self.tools)
         for name, key in self.tools.items():
             if not isinstance(name, str) or not isinstance(key, str) or not key:
                 raise ConfigError(
                     f"must map tool names to argument names, got {name!r}: {key!r}", key="tools"
                 )
-        validate_template(placeholder, PLACEHOLDER_FIELDS, key="placeholder")
-        self.placeholder = placeholder
-        self.keep_errors = keep_errors
-        self.batch_turns = check_int("batch_turns", batch_turns)
-        self.clear_at_least = check_int("clear_at_least", clear_at_least)
+        validate_template(self.placeholder, PLACEHOLDER_FIELDS, key="placeholder")
+        check_int("batch_turns", self.batch_turns)
+        check_int("clear_at_least", self.clear_at_least)
 
     def _reads(self, history: Sequence[Message]) -> tuple[list[_Read], int]:
         groups = tool_groups(history)
@@ -201,9 +213,3 @@ class SupersededReadMasking:
         for index, masked in masks.items():
             out[index] = masked
         return out
-
-    def __repr__(self) -> str:
-        return (
-            f"SupersededReadMasking(tools={self.tools!r}, batch_turns={self.batch_turns}, "
-            f"clear_at_least={self.clear_at_least})"
-        )
