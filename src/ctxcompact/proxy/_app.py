@@ -13,26 +13,38 @@ import dataclasses
 import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
-from urllib.parse import unquote
 
 import httpx
 from starlette.applications import Starlette
-from starlette.requests import ClientDisconnect
-from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from .._controller.events import strategy_name
 from ._callers import caller_namespace
+from ._http import (
+    DROP_REQUEST,
+    DROP_RESPONSE,
+    REPORT_HEADER,
+    BodyTooLarge,
+    ClientGone,
+    client_gone,
+    error_response,
+    looks_anthropic,
+    normalised_path,
+    read_body,
+    too_large,
+    upstream_url,
+)
 from ._json import BodyError, check_charset, encode_body, parse_body
 from ._recall import CALLER
-from ._redact import QuerylessAccessLog, display_url, safe_report_header, shown_path
+from ._redact import QuerylessAccessLog, display_url, safe_report_header
 from ._relay import Relay
 from ._rewrite import Body, RewriteReport, dumps
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Mapping
+    from collections.abc import AsyncIterator
 
     from starlette.requests import Request
+    from starlette.responses import Response
 
     from ._recall import Recall
     from ._retry import ContextRetry
@@ -41,35 +53,6 @@ __all__ = ["BodyRewriter", "ProxySettings", "build_app", "safe_report_header"]
 
 logger = logging.getLogger("ctxcompact.proxy")
 
-# Hop-by-hop headers (RFC 9110 §7.6.1) and the ones httpx recomputes.
-_DROP_REQUEST = frozenset(
-    {
-        "host",
-        "content-length",
-        "connection",
-        "keep-alive",
-        "proxy-connection",
-        "transfer-encoding",
-        "te",
-        "trailer",
-        "upgrade",
-    }
-)
-# The proxy's own server writes its date and server headers; relaying the upstream's too
-# would send each twice.
-_DROP_RESPONSE = frozenset(
-    {
-        "content-length",
-        "connection",
-        "keep-alive",
-        "transfer-encoding",
-        "trailer",
-        "upgrade",
-        "date",
-        "server",
-    }
-)
-REPORT_HEADER = "x-ctxcompact"
 
 UPSTREAM_KEEPALIVE_EXPIRY = 4.0
 """Seconds the proxy keeps an idle upstream connection for reuse: below the 5 s after which
@@ -104,14 +87,6 @@ class BodyRewriter(Protocol):
     async def rewrite_anthropic(self, body: Body) -> tuple[Body | None, RewriteReport]: ...
 
     async def rewrite_responses(self, body: Body) -> tuple[Body | None, RewriteReport]: ...
-
-
-class _BodyTooLarge(Exception):
-    pass
-
-
-class _ClientGone(Exception):
-    pass
 
 
 def build_app(
@@ -151,32 +126,32 @@ def build_app(
     async def passthrough(request: Request) -> Response:
         path = normalised_path(request.url.path)
         if path is None:
-            return _error(
+            return error_response(
                 400,
                 "request path leaves the proxy's base path or is ambiguous (percent-encoded "
                 "dot segments or slashes, backslashes, control characters)",
             )
         try:
-            raw = await _read_body(request, settings.max_body_bytes)
-        except _BodyTooLarge:
-            return _too_large(settings.max_body_bytes)
-        except _ClientGone:
-            return _client_gone(request)
-        provider = "anthropic" if _looks_anthropic(request.headers) else "openai"
+            raw = await read_body(request, settings.max_body_bytes)
+        except BodyTooLarge:
+            return too_large(settings.max_body_bytes)
+        except ClientGone:
+            return client_gone(request)
+        provider = "anthropic" if looks_anthropic(request.headers) else "openai"
         return await _forward(request, provider, path, raw, None)
 
     async def _handle(request: Request, provider: str) -> Response:
         try:
-            raw = await _read_body(request, settings.max_body_bytes)
-        except _BodyTooLarge:
-            return _too_large(settings.max_body_bytes)
-        except _ClientGone:
-            return _client_gone(request)
+            raw = await read_body(request, settings.max_body_bytes)
+        except BodyTooLarge:
+            return too_large(settings.max_body_bytes)
+        except ClientGone:
+            return client_gone(request)
         try:
             check_charset(request.headers.get("content-type"))
             body = parse_body(raw)
         except BodyError as exc:
-            return _error(400, exc.reason)
+            return error_response(400, exc.reason)
         # Whose store namespace, for the rewriter: a hash of every credential the request
         # carries (headers and query), or one of its own when it carries none.
         query = request.scope["query_string"].decode("latin-1")
@@ -243,24 +218,26 @@ def build_app(
     ) -> Response:
         """Send the request upstream and relay the answer: the one way out, the recall path
         included, so both refuse, time out and break off alike."""
-        url = _upstream_url(settings, provider, path, request.url.query)
+        url = upstream_url(settings, provider, path, request.url.query)
         shown = display_url(url)
-        headers = {k: v for k, v in request.headers.items() if k.lower() not in _DROP_REQUEST}
+        headers = {k: v for k, v in request.headers.items() if k.lower() not in DROP_REQUEST}
         try:
             upstream_request = http.build_request(
                 request.method, url, headers=headers, content=content
             )
         except (httpx.InvalidURL, ValueError):  # UnicodeEncodeError: a non-ASCII header value
-            return _error(400, "request path, query or headers cannot be forwarded", report)
+            return error_response(400, "request path, query or headers cannot be forwarded", report)
         try:
             upstream = await http.send(upstream_request, stream=True)
         except httpx.TimeoutException as exc:
             logger.warning("upstream %s timed out: %s", shown, type(exc).__name__)
-            return _error(504, f"upstream {shown} timed out: {type(exc).__name__}", report)
+            return error_response(504, f"upstream {shown} timed out: {type(exc).__name__}", report)
         except httpx.HTTPError as exc:
             logger.warning("upstream %s unreachable: %s", shown, type(exc).__name__)
             logger.debug("upstream %s detail: %.500s", shown, exc)
-            return _error(502, f"upstream unreachable: {type(exc).__name__} at {shown}", report)
+            return error_response(
+                502, f"upstream unreachable: {type(exc).__name__} at {shown}", report
+            )
 
         async def resend(body: bytes) -> httpx.Response:
             again = http.build_request(request.method, url, headers=headers, content=body)
@@ -272,7 +249,7 @@ def build_app(
         if retry is not None and report is not None:
             answer = await retry.answer(upstream, provider, content, report, resend)
             upstream, report, chunks = answer.upstream, answer.report, answer.chunks
-        drop = _DROP_RESPONSE if chunks is None else _DROP_RESPONSE | {"content-encoding"}
+        drop = DROP_RESPONSE if chunks is None else DROP_RESPONSE | {"content-encoding"}
         response_headers = {k: v for k, v in upstream.headers.items() if k.lower() not in drop}
         if report is not None:
             response_headers[REPORT_HEADER] = safe_report_header(report)
@@ -327,86 +304,3 @@ def _names(rewriter: object) -> tuple[str, str]:
         strategy_name(strategy) if strategy is not None else "unknown",
         ", ".join(strategy_name(t) for t in transforms) or "none",
     )
-
-
-async def _read_body(request: Request, limit: int) -> bytes:
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise _BodyTooLarge
-    chunks: list[bytes] = []
-    size = 0
-    try:
-        async for chunk in request.stream():
-            size += len(chunk)
-            if size > limit:
-                raise _BodyTooLarge
-            chunks.append(chunk)
-    except ClientDisconnect:
-        raise _ClientGone from None
-    return b"".join(chunks)
-
-
-def _client_gone(request: Request) -> Response:
-    # Nobody will read this answer; it only ends the request without a traceback.
-    logger.info(
-        "%s %s: the client disconnected before sending the whole body",
-        request.method,
-        shown_path(request.url.path),
-    )
-    return _error(400, "the client disconnected before sending the whole body")
-
-
-def _looks_anthropic(headers: Mapping[str, str]) -> bool:
-    return "anthropic-version" in headers or "x-api-key" in headers
-
-
-def normalised_path(path: str) -> str | None:
-    """``path`` with its dot segments resolved, or ``None`` when it must be refused.
-
-    Refused: a path that climbs above the root (so, once appended to an upstream base URL,
-    it would leave the base path), a segment that still decodes to a dot segment or a slash
-    (``%2e%2e`` sent percent-encoded twice), a backslash (which some servers take for a
-    slash) and control characters.
-
-    Example:
-        >>> normalised_path("/v1/./models"), normalised_path("/v1/../../admin/keys")
-        ('/v1/models', None)
-    """
-    if "\\" in path or any(ord(c) < 0x20 or ord(c) == 0x7F for c in path):
-        return None
-    kept: list[str] = []
-    for segment in path.split("/")[1:]:
-        decoded = unquote(unquote(segment))
-        if decoded != segment and (decoded in (".", "..") or "/" in decoded or "\\" in decoded):
-            return None
-        if segment == ".":
-            continue
-        if segment == "..":
-            if not kept:
-                return None
-            kept.pop()
-            continue
-        kept.append(segment)
-    return "/" + "/".join(kept)
-
-
-def _upstream_url(settings: ProxySettings, provider: str, path: str, query: str) -> str:
-    if provider == "anthropic":
-        url = settings.anthropic_base_url.rstrip("/") + path
-    else:
-        # The OpenAI base URL conventionally ends in /v1; the client's path starts with it.
-        base = settings.openai_base_url.rstrip("/")
-        if base.endswith("/v1") and path.startswith("/v1/"):
-            path = path[3:]
-        url = base + path
-    return f"{url}?{query}" if query else url
-
-
-def _error(status: int, message: str, report: RewriteReport | None = None) -> Response:
-    headers = {REPORT_HEADER: safe_report_header(report)} if report is not None else None
-    body: Body = {"error": {"type": "ctxcompact_proxy_error", "message": message}}
-    return JSONResponse(body, status_code=status, headers=headers)
-
-
-def _too_large(limit: int) -> Response:
-    return _error(413, f"request body is larger than the proxy's limit of {limit} bytes")
