@@ -33,6 +33,7 @@ from ._controller.controller import (
     PreparedRequest,
     Step,
 )
+from ._controller.problems import Problem
 from ._formats.anthropic import from_anthropic, to_anthropic
 from ._formats.files import read_conversation
 from ._formats.openai_chat import from_openai, to_openai
@@ -73,6 +74,7 @@ __all__ = [
     "NeedsLLM",
     "ParamInfo",
     "PreparedRequest",
+    "Problem",
     "RawPart",
     "Step",
     "StrategyInfo",

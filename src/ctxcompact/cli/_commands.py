@@ -64,7 +64,9 @@ async def _closing(work: Awaitable[T], setups: Sequence[Setup]) -> T:
 
 def _raise_if_llm_missing(event: CompactionEvent | None) -> None:
     """A strategy that needs an LLM ran without one: stop, never report a fake result."""
-    if event is not None and event.status == "failed" and "LLMRequiredError" in (event.error or ""):
+    if event is None or event.problem is None:
+        return
+    if event.problem.exception_type == "LLMRequiredError":
         raise CliError(
             f"strategy {event.strategy} needs an LLM and none is configured: add a "
             f"[compaction.llm] table to a config file and pass --config FILE ({event.error})"
