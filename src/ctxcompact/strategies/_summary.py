@@ -29,7 +29,7 @@ from ..exceptions import (
     LLMRequiredError,
     SummaryRejectedError,
 )
-from ._shared import check_int
+from ._shared import MAX_CHARS_PER_TOKEN, check_int
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -115,7 +115,6 @@ MAX_GARBAGE_FRACTION = 0.05
 tab and newlines), surrogates, private-use characters or U+FFFD."""
 
 _GARBAGE = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\ud800-\udfff\ue000-\uf8ff\ufffd]")
-_MAX_CHARS_PER_TOKEN = 16  # no real text packs more: a longer summary is too long uncounted
 
 _TRUNCATED_MARKER = "\n\n[summary truncated: the summarizer reached its output limit]"
 _SHORTER = (
@@ -624,7 +623,7 @@ def check_summary(
         raise refuse("not_text", f"the answer is a {type(text).__name__}, not text")
     if not text.strip():
         raise refuse("empty", "the answer has no text")
-    if len(text) > _MAX_CHARS_PER_TOKEN * max_tokens:
+    if len(text) > MAX_CHARS_PER_TOKEN * max_tokens:  # too long, uncounted
         raise refuse("too_long", f"{len(text)} characters, the limit is ~{max_tokens} tokens")
     # What the model wrote: without our prefix, our truncation note and the message overhead.
     written = counter.count_message(Message.user(text.removesuffix(_TRUNCATED_MARKER)))
