@@ -23,7 +23,6 @@ from ctxcompact import load_config
 from ctxcompact.proxy import create_app
 from ctxcompact.proxy._app import BodyRewriter, ProxySettings, build_app
 from ctxcompact.proxy._rewrite import Body, RewriteReport
-from ctxcompact.strategies import ToolResultHiding
 from ctxcompact.testing import FunctionStrategy
 from tests.helpers.proxy_servers import (
     FakeUpstream,
@@ -272,21 +271,32 @@ def test_integer_of_4300_digits_survives_a_rewrite(
 class RaisingRewriter:
     """A rewriter that fails: what the app must survive from any rewriter."""
 
-    strategy = ToolResultHiding()
-    transforms = ()
+    strategy_name = "ToolResultHiding"
+    transform_names = ()
 
     def __init__(self, exc: BaseException) -> None:
         self.exc = exc
 
-    async def rewrite_openai(self, body: Body) -> tuple[Body | None, RewriteReport]:
+    async def rewrite_openai(
+        self, body: Body, *, caller: str | None = None
+    ) -> tuple[Body | None, RewriteReport]:
         raise self.exc
 
-    async def rewrite_anthropic(self, body: Body) -> tuple[Body | None, RewriteReport]:
+    async def rewrite_anthropic(
+        self, body: Body, *, caller: str | None = None
+    ) -> tuple[Body | None, RewriteReport]:
+        raise self.exc
+
+    async def rewrite_responses(
+        self, body: Body, *, caller: str | None = None
+    ) -> tuple[Body | None, RewriteReport]:
         raise self.exc
 
 
 class UnencodableRewriter(RaisingRewriter):
-    async def rewrite_openai(self, body: Body) -> tuple[Body | None, RewriteReport]:
+    async def rewrite_openai(
+        self, body: Body, *, caller: str | None = None
+    ) -> tuple[Body | None, RewriteReport]:
         report = RewriteReport("transformed", "Hiding", 90, 40, 4, 4)
         return {**body, "oops": {1, 2}}, report
 

@@ -8,7 +8,6 @@ Needs the ``proxy`` extra (starlette, uvicorn, httpx).
 
 from __future__ import annotations
 
-import contextlib
 import gc
 from typing import TYPE_CHECKING
 
@@ -17,8 +16,6 @@ from .._wiring import wire
 from ..exceptions import MissingDependencyError
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Sequence
-
     import httpx
     from starlette.applications import Starlette
 
@@ -60,7 +57,7 @@ def create_app(
     """
     try:
         from ._app import ProxySettings, build_app
-        from ._recall import Recall, close_on_shutdown
+        from ._recall import Recall
         from ._retry import ContextRetry
         from ._rewrite import Rewriter
         from ._windows import ModelWindows
@@ -101,30 +98,15 @@ def create_app(
         reuse_summaries=wiring.store is not None,
     )
     retry = ContextRetry(config, wiring.counter)  # config: its own window, not the placeholder
-    app = build_app(rewriter, settings, client=client, retry=retry)
-    if wiring.owned_store and wiring.store is not None:
-        close_on_shutdown(app, wiring.store)
-    if wiring.owned:
-        _close_models_on_shutdown(app, wiring.owned)
-    return app
-
-
-def _close_models_on_shutdown(app: Starlette, models: Sequence[LLM]) -> None:
-    """Close the models the proxy built (the summarizer's HTTP client) when ``app`` stops."""
-    inner = app.router.lifespan_context
-
-    @contextlib.asynccontextmanager
-    async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        async with inner(app):
-            try:
-                yield
-            finally:
-                for model in models:
-                    close = getattr(model, "aclose", None)
-                    if close is not None:
-                        await close()
-
-    app.router.lifespan_context = lifespan
+    return build_app(
+        rewriter,
+        settings,
+        client=client,
+        retry=retry,
+        recall=recall,
+        owned_store=wiring.store if wiring.owned_store else None,
+        owned_models=wiring.owned,
+    )
 
 
 def serve(config: Config, *, host: str | None = None, port: int | None = None) -> None:

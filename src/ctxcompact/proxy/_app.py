@@ -2,8 +2,12 @@
 
 Fail-open: a valid JSON body within the limits of :mod:`._json` is always forwarded, rewritten
 when the rewriter could, else byte for byte as received; nothing the rewriter raises becomes a
-500. What the proxy logs above DEBUG and puts in the ``x-ctxcompact`` header is exception
-type names and fixed reasons, never message content (:func:`safe_report_header`).
+500. What the proxy logs above DEBUG and puts in the ``x-ctxcompact`` header is built from
+the fields of each :class:`~ctxcompact.Problem` (kind, strategy or transform name, exception
+type name), never from an exception's message (:meth:`RewriteReport.header`).
+
+:class:`ProxyApp` is the app: its methods are the routes, and its lifespan closes what the
+proxy owns (the upstream client, the store and the models it built).
 """
 
 from __future__ import annotations
@@ -12,13 +16,13 @@ import contextlib
 import dataclasses
 import logging
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import httpx
 from starlette.applications import Starlette
 from starlette.routing import Route
 
-from .._controller.events import strategy_name
+from .._controller.problems import Problem
 from ._callers import caller_namespace
 from ._http import (
     DROP_REQUEST,
@@ -35,21 +39,21 @@ from ._http import (
     upstream_url,
 )
 from ._json import BodyError, check_charset, encode_body, parse_body
-from ._recall import CALLER
-from ._redact import QuerylessAccessLog, display_url, safe_report_header
+from ._redact import QuerylessAccessLog, display_url
 from ._relay import Relay
 from ._rewrite import Body, RewriteReport, dumps
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator
+    from collections.abc import AsyncIterator, Sequence
 
     from starlette.requests import Request
     from starlette.responses import Response
 
+    from .._controller.problems import ProblemKind
     from ._recall import Recall
     from ._retry import ContextRetry
 
-__all__ = ["BodyRewriter", "ProxySettings", "build_app", "safe_report_header"]
+__all__ = ["BodyRewriter", "ProxyApp", "ProxySettings", "build_app"]
 
 logger = logging.getLogger("ctxcompact.proxy")
 
@@ -78,25 +82,47 @@ class ProxySettings:
 class BodyRewriter(Protocol):
     """What the app needs from a rewriter (:class:`~ctxcompact.proxy._rewrite.Rewriter`).
 
-    Each method returns the new body, or ``None`` to forward the original bytes, and the
-    report for the ``x-ctxcompact`` header. The app survives anything they raise.
+    Each ``rewrite_*`` method returns the new body, or ``None`` to forward the original
+    bytes, and the report for the ``x-ctxcompact`` header; ``caller`` is whose originals the
+    request's are in the store (:func:`~ctxcompact.proxy._callers.caller_namespace`). The app
+    survives anything they raise.
     """
 
-    async def rewrite_openai(self, body: Body) -> tuple[Body | None, RewriteReport]: ...
+    @property
+    def strategy_name(self) -> str:
+        """The triggered strategy's name (reports and the start-up line)."""
+        ...
 
-    async def rewrite_anthropic(self, body: Body) -> tuple[Body | None, RewriteReport]: ...
+    @property
+    def transform_names(self) -> tuple[str, ...]:
+        """The per-request transforms' names (the start-up line)."""
+        ...
 
-    async def rewrite_responses(self, body: Body) -> tuple[Body | None, RewriteReport]: ...
+    async def rewrite_openai(
+        self, body: Body, *, caller: str | None = None
+    ) -> tuple[Body | None, RewriteReport]: ...
+
+    async def rewrite_anthropic(
+        self, body: Body, *, caller: str | None = None
+    ) -> tuple[Body | None, RewriteReport]: ...
+
+    async def rewrite_responses(
+        self, body: Body, *, caller: str | None = None
+    ) -> tuple[Body | None, RewriteReport]: ...
 
 
-def build_app(
-    rewriter: BodyRewriter,
-    settings: ProxySettings,
-    *,
-    client: httpx.AsyncClient | None = None,
-    retry: ContextRetry | None = None,
-) -> Starlette:
-    """An ASGI app that compacts chat requests and forwards everything to the upstreams.
+@runtime_checkable
+class _Closable(Protocol):
+    def close(self) -> None: ...
+
+
+@runtime_checkable
+class _AsyncClosable(Protocol):
+    async def aclose(self) -> None: ...
+
+
+class ProxyApp:
+    """The proxy: one method per route, and a lifespan that closes what the proxy owns.
 
     Args:
         rewriter: Decides what happens to each chat request.
@@ -104,26 +130,80 @@ def build_app(
         client: The pooled HTTP client for upstream calls; one is created (and closed on
             shutdown) when not given.
         retry: Compacts and resends chat requests the upstream refuses as too long.
+        recall: Answers the model's recall calls on requests that went out with the recall
+            tool (the rewriter offers it; ``[store] recall``).
+        owned_store: A store the proxy opened (``[store]``): closed on shutdown.
+        owned_models: Models the proxy built (the summarizer): closed on shutdown.
+
+    Example:
+        >>> from ctxcompact import CompactionController
+        >>> from ctxcompact.proxy._rewrite import Rewriter
+        >>> from ctxcompact.strategies import ToolResultHiding
+        >>> controller = CompactionController(ToolResultHiding(), max_context_size=100_000)
+        >>> settings = ProxySettings("http://127.0.0.1:9/v1", "http://127.0.0.1:9")
+        >>> app = ProxyApp(Rewriter(controller), settings).asgi()
+        >>> [route.path for route in app.routes][:2]
+        ['/v1/chat/completions', '/chat/completions']
     """
-    owned = client is None
-    limits = httpx.Limits(
-        max_connections=100,
-        max_keepalive_connections=20,
-        keepalive_expiry=UPSTREAM_KEEPALIVE_EXPIRY,
-    )  # httpx's defaults but the expiry
-    http = client or httpx.AsyncClient(timeout=httpx.Timeout(settings.timeout), limits=limits)
-    strategy, transforms = _names(rewriter)
 
-    async def chat_completions(request: Request) -> Response:
-        return await _handle(request, "openai")
+    def __init__(
+        self,
+        rewriter: BodyRewriter,
+        settings: ProxySettings,
+        *,
+        client: httpx.AsyncClient | None = None,
+        retry: ContextRetry | None = None,
+        recall: Recall | None = None,
+        owned_store: object | None = None,
+        owned_models: Sequence[object] = (),
+    ) -> None:
+        self.rewriter = rewriter
+        self.settings = settings
+        self.retry = retry
+        self.recall = recall
+        self._owned_store = owned_store
+        self._owned_models = tuple(owned_models)
+        self._owns_client = client is None
+        limits = httpx.Limits(
+            max_connections=100,
+            max_keepalive_connections=20,
+            keepalive_expiry=UPSTREAM_KEEPALIVE_EXPIRY,
+        )  # httpx's defaults but the expiry
+        self.http = client or httpx.AsyncClient(
+            timeout=httpx.Timeout(settings.timeout), limits=limits
+        )
 
-    async def messages(request: Request) -> Response:
-        return await _handle(request, "anthropic")
+    def asgi(self) -> Starlette:
+        """The Starlette app serving these routes (``app.state.rewriter`` is the rewriter)."""
+        routes = [
+            Route("/v1/chat/completions", self.chat_completions, methods=["POST"]),
+            Route("/chat/completions", self.chat_completions, methods=["POST"]),
+            Route("/v1/messages", self.messages, methods=["POST"]),
+            Route("/v1/responses", self.responses, methods=["POST"]),
+            Route("/responses", self.responses, methods=["POST"]),
+            Route("/{path:path}", self.passthrough, methods=_ANY_METHOD),
+        ]
+        app = Starlette(routes=routes, lifespan=self.lifespan)
+        app.state.rewriter = self.rewriter  # what decides, for introspection and tests
+        return app
 
-    async def responses(request: Request) -> Response:
-        return await _handle(request, "responses")
+    # -- the routes -------------------------------------------------------------------------
 
-    async def passthrough(request: Request) -> Response:
+    async def chat_completions(self, request: Request) -> Response:
+        """``POST /v1/chat/completions``: an OpenAI Chat Completions request."""
+        return await self._handle(request, "openai")
+
+    async def messages(self, request: Request) -> Response:
+        """``POST /v1/messages``: an Anthropic Messages request."""
+        return await self._handle(request, "anthropic")
+
+    async def responses(self, request: Request) -> Response:
+        """``POST /v1/responses``: an OpenAI Responses request."""
+        return await self._handle(request, "responses")
+
+    async def passthrough(self, request: Request) -> Response:
+        """Any other path and method: forwarded as received (to Anthropic when the request
+        looks like Anthropic's, else to OpenAI), after the path is checked."""
         path = normalised_path(request.url.path)
         if path is None:
             return error_response(
@@ -132,19 +212,50 @@ def build_app(
                 "dot segments or slashes, backslashes, control characters)",
             )
         try:
-            raw = await read_body(request, settings.max_body_bytes)
+            raw = await read_body(request, self.settings.max_body_bytes)
         except BodyTooLarge:
-            return too_large(settings.max_body_bytes)
+            return too_large(self.settings.max_body_bytes)
         except ClientGone:
             return client_gone(request)
         provider = "anthropic" if looks_anthropic(request.headers) else "openai"
-        return await _forward(request, provider, path, raw, None)
+        return await self._forward(request, provider, path, raw, None)
 
-    async def _handle(request: Request, provider: str) -> Response:
+    @contextlib.asynccontextmanager
+    async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
+        """Start-up: the access-log filter and one line naming what is configured.
+        Shutdown: close the upstream client, the models and the store the proxy owns."""
+        # Served by uvicorn, its access log would print each query string (where Azure and
+        # Gemini clients may put their key). Added once per process, never removed: another
+        # app of this proxy may still be serving.
+        access = logging.getLogger("uvicorn.access")
+        if not any(isinstance(f, QuerylessAccessLog) for f in access.filters):
+            access.addFilter(QuerylessAccessLog())
+        logger.info(
+            "ctxcompact proxy: OpenAI upstream %s, Anthropic upstream %s, strategy %s, "
+            "transforms %s",
+            display_url(self.settings.openai_base_url),
+            display_url(self.settings.anthropic_base_url),
+            self.rewriter.strategy_name,
+            ", ".join(self.rewriter.transform_names) or "none",
+        )
         try:
-            raw = await read_body(request, settings.max_body_bytes)
+            yield
+        finally:
+            if self._owns_client:
+                await self.http.aclose()
+            for model in self._owned_models:
+                if isinstance(model, _AsyncClosable):
+                    await model.aclose()
+            if isinstance(self._owned_store, _Closable):
+                self._owned_store.close()
+
+    # -- one chat request -------------------------------------------------------------------
+
+    async def _handle(self, request: Request, provider: str) -> Response:
+        try:
+            raw = await read_body(request, self.settings.max_body_bytes)
         except BodyTooLarge:
-            return too_large(settings.max_body_bytes)
+            return too_large(self.settings.max_body_bytes)
         except ClientGone:
             return client_gone(request)
         try:
@@ -152,63 +263,64 @@ def build_app(
             body = parse_body(raw)
         except BodyError as exc:
             return error_response(400, exc.reason)
-        # Whose store namespace, for the rewriter: a hash of every credential the request
-        # carries (headers and query), or one of its own when it carries none.
+        # Whose store namespace: a hash of every credential the request carries (headers
+        # and query), or one of its own when it carries none.
         query = request.scope["query_string"].decode("latin-1")
-        CALLER.set(caller_namespace(request.headers.items(), query))
-        out, report = await _rewrite(request, provider, body, raw)
+        caller = caller_namespace(request.headers.items(), query)
+        out, report = await self._rewrite(request, provider, body, raw, caller)
         # Never the headers: they carry the API key.
-        logger.info("%s %s %s", request.method, request.url.path, safe_report_header(report))
-        if report.error:
+        logger.info("%s %s %s", request.method, request.url.path, report.header())
+        if report.problems:
             logger.debug(
                 "%s %s error detail: %.500s", request.method, request.url.path, report.error
             )
-        recall: Recall | None = getattr(rewriter, "recall", None)
-        if report.recall_namespace is None:
-            recall = None  # the recall tool did not go out: nothing to answer
-        return await _forward(request, provider, request.url.path, out, report, recall)
+        # The recall tool went out: its calls are answered (else nothing to answer).
+        recall = self.recall if report.recall_namespace is not None else None
+        return await self._forward(request, provider, request.url.path, out, report, recall)
 
     async def _rewrite(
-        request: Request, provider: str, body: Body, raw: bytes
+        self, request: Request, provider: str, body: Body, raw: bytes, caller: str
     ) -> tuple[bytes, RewriteReport]:
         # Fail-open: whatever the rewriter or the encoder raises (a RecursionError on a deep
         # body included), the request goes out as it came in.
-        stage = "rewriting"
+        stage: ProblemKind = "proxy_rewriting_raised"
         report: RewriteReport | None = None
         try:
             if provider == "openai":
-                new_body, report = await rewriter.rewrite_openai(body)
+                new_body, report = await self.rewriter.rewrite_openai(body, caller=caller)
             elif provider == "responses":
-                new_body, report = await rewriter.rewrite_responses(body)
+                new_body, report = await self.rewriter.rewrite_responses(body, caller=caller)
             else:
-                new_body, report = await rewriter.rewrite_anthropic(body)
+                new_body, report = await self.rewriter.rewrite_anthropic(body, caller=caller)
             if new_body is None:
                 return raw, report
-            stage = "encoding"
+            stage = "proxy_encoding_raised"
             return encode_body(new_body, dumps), report
         except Exception as exc:
-            reason = f"{stage} raised {type(exc).__name__}"
+            problem = Problem.raised(stage, exc)
             logger.warning(
                 "%s %s: %s; forwarding the request unchanged",
                 request.method,
                 request.url.path,
-                reason,
+                problem.shown.removeprefix("proxy "),
             )
             logger.debug("%s %s detail: %.500s", request.method, request.url.path, exc)
             if report is None:
-                return raw, RewriteReport("failed", strategy, 0, 0, 0, 0, f"proxy {reason}")
+                name = self.rewriter.strategy_name
+                return raw, RewriteReport("failed", name, 0, 0, 0, 0, (problem,))
             # The rewriter's counts stand for the request as received, which is what goes out.
             unsent = dataclasses.replace(
                 report,
                 action="failed",
                 tokens_after=report.tokens_before,
                 messages_after=report.messages_before,
-                error="; ".join(filter(None, [report.error, f"proxy {reason}"])),
+                problems=(*report.problems, problem),
                 recall_namespace=None,  # the recall tool went out with the rewrite
             )
             return raw, unsent
 
     async def _forward(
+        self,
         request: Request,
         provider: str,
         path: str,
@@ -218,7 +330,8 @@ def build_app(
     ) -> Response:
         """Send the request upstream and relay the answer: the one way out, the recall path
         included, so both refuse, time out and break off alike."""
-        url = upstream_url(settings, provider, path, request.url.query)
+        http = self.http
+        url = upstream_url(self.settings, provider, path, request.url.query)
         shown = display_url(url)
         headers = {k: v for k, v in request.headers.items() if k.lower() not in DROP_REQUEST}
         try:
@@ -246,61 +359,37 @@ def build_app(
         if recall is not None and report is not None:
             return await recall.respond(upstream, resend, provider, content, report, shown)
         chunks = None
-        if retry is not None and report is not None:
-            answer = await retry.answer(upstream, provider, content, report, resend)
+        if self.retry is not None and report is not None:
+            answer = await self.retry.answer(upstream, provider, content, report, resend)
             upstream, report, chunks = answer.upstream, answer.report, answer.chunks
         drop = DROP_RESPONSE if chunks is None else DROP_RESPONSE | {"content-encoding"}
         response_headers = {k: v for k, v in upstream.headers.items() if k.lower() not in drop}
         if report is not None:
-            response_headers[REPORT_HEADER] = safe_report_header(report)
+            response_headers[REPORT_HEADER] = report.header()
         return Relay(upstream, shown, response_headers, chunks)
 
-    @contextlib.asynccontextmanager
-    async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        # Served by uvicorn, its access log would print each query string (where Azure and
-        # Gemini clients may put their key). Added once per process, never removed: another
-        # app of this proxy may still be serving.
-        access = logging.getLogger("uvicorn.access")
-        if not any(isinstance(f, QuerylessAccessLog) for f in access.filters):
-            access.addFilter(QuerylessAccessLog())
-        logger.info(
-            "ctxcompact proxy: OpenAI upstream %s, Anthropic upstream %s, strategy %s, "
-            "transforms %s",
-            display_url(settings.openai_base_url),
-            display_url(settings.anthropic_base_url),
-            strategy,
-            transforms,
-        )
-        try:
-            yield
-        finally:
-            if owned:
-                await http.aclose()
 
-    routes = [
-        Route("/v1/chat/completions", chat_completions, methods=["POST"]),
-        Route("/chat/completions", chat_completions, methods=["POST"]),
-        Route("/v1/messages", messages, methods=["POST"]),
-        Route("/v1/responses", responses, methods=["POST"]),
-        Route("/responses", responses, methods=["POST"]),
-        Route(
-            "/{path:path}",
-            passthrough,
-            methods=["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"],
-        ),
-    ]
-    app = Starlette(routes=routes, lifespan=lifespan)
-    app.state.rewriter = rewriter  # what decides, for introspection and tests
-    return app
+_ANY_METHOD = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]
 
 
-def _names(rewriter: object) -> tuple[str, str]:
-    """The strategy's name and the transforms' names, for the startup line and reports."""
-    # The rewriter holds them itself, or on the controller it delegates to.
-    holder = getattr(rewriter, "controller", rewriter)
-    strategy = getattr(holder, "strategy", None)
-    transforms = getattr(holder, "transforms", ())
-    return (
-        strategy_name(strategy) if strategy is not None else "unknown",
-        ", ".join(strategy_name(t) for t in transforms) or "none",
-    )
+def build_app(
+    rewriter: BodyRewriter,
+    settings: ProxySettings,
+    *,
+    client: httpx.AsyncClient | None = None,
+    retry: ContextRetry | None = None,
+    recall: Recall | None = None,
+    owned_store: object | None = None,
+    owned_models: Sequence[object] = (),
+) -> Starlette:
+    """An ASGI app that compacts chat requests and forwards everything to the upstreams:
+    :meth:`ProxyApp.asgi` (see :class:`ProxyApp` for the arguments)."""
+    return ProxyApp(
+        rewriter,
+        settings,
+        client=client,
+        retry=retry,
+        recall=recall,
+        owned_store=owned_store,
+        owned_models=owned_models,
+    ).asgi()

@@ -11,7 +11,7 @@ from urllib.parse import unquote
 from starlette.requests import ClientDisconnect
 from starlette.responses import JSONResponse, Response
 
-from ._redact import safe_report_header, shown_path
+from ._redact import shown_path
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -151,7 +151,7 @@ def upstream_url(settings: ProxySettings, provider: str, path: str, query: str) 
 
 
 def error_response(status: int, message: str, report: RewriteReport | None = None) -> Response:
-    headers = {REPORT_HEADER: safe_report_header(report)} if report is not None else None
+    headers = {REPORT_HEADER: report.header()} if report is not None else None
     body: Body = {"error": {"type": "ctxcompact_proxy_error", "message": message}}
     return JSONResponse(body, status_code=status, headers=headers)
 

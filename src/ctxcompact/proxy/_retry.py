@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 import httpx
 
 from .._contract.protocols import CompactionContext
+from .._controller.problems import Problem
 from .._history.validate import check_history
 from .._tokens.windows import parse_context_error, says_context_too_long
 from ..strategies._guard import ContextGuard
@@ -190,7 +191,7 @@ class ContextRetry:
         """``body`` with its history cut to ``budget`` tokens, its token and message counts;
         ``None`` when the guard cannot or need not cut it."""
         found = codec(provider, body)
-        if isinstance(found, str) or budget < 1:
+        if isinstance(found, Problem) or budget < 1:
             return None
         decode, encode = found
         try:

@@ -5,7 +5,7 @@ The window comes from :meth:`Config.model_window` (``[models]``, then the built-
 :func:`~ctxcompact.context_window`). One controller is built per distinct window (the
 strategy object and the counter are shared; the transforms are rebuilt, since the guard's
 budget is the window), so the per-request cost is a dictionary lookup. A model whose window
-is not known is forwarded unchanged (``action=skipped``) with :data:`UNKNOWN_MODEL`.
+is not known is forwarded unchanged (``action=skipped``) with :data:`UNKNOWN_WINDOW`.
 """
 
 from __future__ import annotations
@@ -15,13 +15,14 @@ import logging
 from typing import TYPE_CHECKING
 
 from .._controller.controller import CompactionController
+from .._controller.problems import Problem
 from .._wiring import build_transforms
 from ..exceptions import ConfigError
 
 if TYPE_CHECKING:
     from .._wiring import Wiring
 
-__all__ = ["UNKNOWN_MODEL", "ModelWindows"]
+__all__ = ["UNKNOWN_MODEL", "UNKNOWN_WINDOW", "WINDOW_TOO_SMALL", "ModelWindows"]
 
 logger = logging.getLogger("ctxcompact.proxy")
 
@@ -30,6 +31,8 @@ UNKNOWN_MODEL = (
     "model to [models]"
 )
 TOO_SMALL = "the model's window is too small for the configured transforms"
+UNKNOWN_WINDOW = Problem.fixed("unknown_window", UNKNOWN_MODEL)
+WINDOW_TOO_SMALL = Problem.fixed("window_too_small", TOO_SMALL)
 _MAX_WINDOWS = 64  # distinct windows kept; past it the oldest controller is dropped
 
 
@@ -47,22 +50,22 @@ class ModelWindows:
         >>> from ctxcompact import Config, wire
         >>> config = Config.from_dict({"compaction": {"strategy": "tool-result-hiding"}})
         >>> windows = ModelWindows(wire(config, max_context_size=10_000_000))
-        >>> windows("gpt-4o").max_context_size, windows("no-such-model") == UNKNOWN_MODEL
+        >>> windows("gpt-4o").max_context_size, windows("no-such-model") == UNKNOWN_WINDOW
         (128000, True)
     """
 
     def __init__(self, wiring: Wiring) -> None:
         self.wiring = wiring
-        self._controllers: dict[int, CompactionController | str] = {}
+        self._controllers: dict[int, CompactionController | Problem] = {}
 
     def window(self, model: object) -> int | None:
         """The window of ``model`` (``[models]``, then the table), or ``None``."""
         return self.wiring.config.model_window(model)
 
-    def __call__(self, model: object) -> CompactionController | str:
+    def __call__(self, model: object) -> CompactionController | Problem:
         window = self.window(model)
         if window is None:
-            return UNKNOWN_MODEL
+            return UNKNOWN_WINDOW
         found = self._controllers.get(window)
         if found is None:
             found = self._build(window)
@@ -71,7 +74,7 @@ class ModelWindows:
             self._controllers[window] = found
         return found
 
-    def _build(self, window: int) -> CompactionController | str:
+    def _build(self, window: int) -> CompactionController | Problem:
         w = self.wiring
         reserved = w.reserved_context_size
         if reserved >= window:
@@ -80,7 +83,7 @@ class ModelWindows:
             transforms = tuple(build_transforms(w.config, window))
         except ConfigError:
             logger.warning("proxy: %s (%d tokens); such requests go unchanged", TOO_SMALL, window)
-            return TOO_SMALL
+            return WINDOW_TOO_SMALL
         sized = dataclasses.replace(
             w, max_context_size=window, reserved_context_size=reserved, transforms=transforms
         )
