@@ -145,7 +145,10 @@ class CompactionFilter:
         try:
             history = from_responses(view)
         except FormatError as exc:  # fail open: the run goes on with its input as is
-            logger.warning("not compacting: the model input is not Responses items (%s)", exc)
+            logger.warning(
+                "not compacting: the model input is not Responses items (%s)", _where(exc)
+            )
+            logger.debug("the model input is not Responses items: %s", exc)
             return data.model_data
         result = await self._controller.maybe_compact(history, state=conversation.state)
         if result is not history:
@@ -244,7 +247,8 @@ class CompactingSession:
         try:
             history = from_responses(stored)
         except FormatError as exc:  # fail open: the session keeps what it stores
-            logger.warning("not compacting session %r: %s", self.session_id, exc)
+            logger.warning("not compacting session %r: %s", self.session_id, _where(exc))
+            logger.debug("session %r is not Responses items: %s", self.session_id, exc)
             return False
         result = await self.controller.maybe_compact(history, force=force)
         if result is history:
@@ -261,3 +265,13 @@ class CompactingSession:
     async def clear_session(self) -> None:
         """Remove every stored item."""
         await self.session.clear_session()
+
+
+def _where(exc: FormatError) -> str:
+    """A format error by its fields (type, message index, field): its text may quote an item."""
+    where = [type(exc).__name__]
+    if exc.index is not None:
+        where.append(f"message {exc.index}")
+    if exc.field:
+        where.append(f"field {exc.field!r:.80}")
+    return ", ".join(where)

@@ -319,7 +319,11 @@ class LLMSummary:
         except ContextTooLongError as exc:
             # Half of what was sent, not of the budget: the model's real window may be smaller.
             sent = sum(counter.count_message(Message.user(t)) for t in fitted)
-            logger.warning("summarizer input too long (%s); retrying with half the input", exc)
+            # The type only: a provider's error text can echo the transcript.
+            logger.warning(
+                "summarizer input too long (%s); retrying with half the input", type(exc).__name__
+            )
+            logger.debug("summarizer input too long: %s", exc)
             request = _request(_fit(items, max(_MIN_ITEM_TOKENS, sent // 2), counter), instructions)
             completion = await self._complete(llm, request, out)
         text = _answer_text(completion)
