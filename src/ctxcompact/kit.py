@@ -38,6 +38,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ._history.groups import ToolGroup, tool_groups
+from .exceptions import MissingArgumentError
 from .strategies import _errors, _shared
 
 if TYPE_CHECKING:
@@ -146,7 +147,11 @@ def batched_boundary(
         return 0
     if unit_tokens is None:
         if clear_at_least > 0:
-            raise TypeError("batched_boundary: clear_at_least needs unit_tokens")
+            raise MissingArgumentError(
+                "unit_tokens",
+                "batched_boundary: clear_at_least needs unit_tokens",
+                needed_by="clear_at_least",
+            )
         unit_tokens = _no_tokens
     return _shared.batched_boundary(
         boundary, batch_turns=batch_turns, clear_at_least=clear_at_least, unit_tokens=unit_tokens
