@@ -13,7 +13,6 @@ import asyncio
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
-from .._config.config import load_config
 from .._contract.tools import ERROR_PREFIX, Tool, ToolLike, ToolResult, as_tool
 from .._controller.controller import CompactionController
 from .._controller.store_hook import store_cut_results
@@ -26,11 +25,11 @@ from ..strategies._summary import LLMSummary
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Sequence
-    from pathlib import Path
 
     from .._contract.protocols import LLM, CompactionStrategy, Completion, ToolSpec
     from .._controller.events import CompactionEvent
     from .._tokens.counters import TokenCounter
+    from .._wiring import ConfigSource
     from ..store._records import OriginalsStore
     from ..strategies._truncation import ToolResultTruncation
 
@@ -226,13 +225,14 @@ class Agent:
     @classmethod
     def from_config(
         cls,
-        path: str | Path,
+        config: ConfigSource,
         *,
         llm: LLM | None = None,
         tools: Iterable[ToolLike] = (),
         on_event: Callable[[CompactionEvent], object] | None = None,
     ) -> Agent:
-        """An agent configured by a TOML file (``[agent]``, ``[compaction]``...).
+        """An agent configured by a TOML file, or a loaded :class:`~ctxcompact.Config`
+        (``[agent]``, ``[compaction]``...), built by :func:`ctxcompact.wire`.
 
         The model is ``llm`` when given, else built from ``[agent.llm]`` or, failing that,
         ``[compaction.llm]``. The strategy named by ``[compaction] strategy`` is loaded with
@@ -247,18 +247,17 @@ class Agent:
             ConfigError: The file is invalid, or no LLM is given or configured.
             StrategyLoadError: The strategy cannot be loaded.
         """
-        config = load_config(path)
         wiring = wire(config, llm=llm, agent=True, build_store=True)
         assert wiring.agent_llm is not None  # wire(agent=True) finds one or raises
-        truncation = config.tool_result_truncation
+        settings = wiring.config.agent
         agent = cls(
             wiring.agent_llm,
             tools=tools,
-            system_prompt=config.agent.system_prompt,
-            max_steps=config.agent.max_steps,
-            tool_result_truncation=truncation.build() if truncation.enabled else None,
+            system_prompt=settings.system_prompt,
+            max_steps=settings.max_steps,
+            tool_result_truncation=wiring.arrival_truncation,
             on_event=on_event,
-            controller=CompactionController.from_wiring(wiring),
+            controller=wiring.controller(),
             recall=wiring.recall,
         )
         agent._owned = list(wiring.owned)

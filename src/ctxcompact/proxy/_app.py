@@ -319,13 +319,16 @@ def build_app(
 
 def _names(rewriter: object) -> tuple[str, str]:
     """The strategy's name and the transforms' names, for the startup line and reports."""
-    # The rewriter holds them itself, or on the controller it delegates to.
-    holder = getattr(rewriter, "controller", rewriter)
+    # The rewriter holds them itself, or on the controller (or the per-model windows, which
+    # name the transforms each window's controller builds) it delegates to.
+    holder = getattr(rewriter, "controller", None) or getattr(rewriter, "per_model", rewriter)
     strategy = getattr(holder, "strategy", None)
-    transforms = getattr(holder, "transforms", ())
+    names = getattr(holder, "transform_names", None)
+    if names is None:
+        names = [strategy_name(t) for t in getattr(holder, "transforms", ())]
     return (
         strategy_name(strategy) if strategy is not None else "unknown",
-        ", ".join(strategy_name(t) for t in transforms) or "none",
+        ", ".join(names) or "none",
     )
 
 
