@@ -1,13 +1,15 @@
 """One composition root: ``wire`` takes a config or a path and builds every variant its callers
-need (per-model windows, one conversation per controller); the engine receives ready objects."""
+need (per-model windows, one conversation per controller); the engine, the agent and the
+integrations receive ready objects, with short forms that build through the same place."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import pytest
 
-from ctxcompact import Agent, CompactionController, Config, load_config, wire
+from ctxcompact import Agent, CompactionController, Config, Message, load_config, wire
 from ctxcompact.exceptions import ConfigError, UserError
 from ctxcompact.store import MemoryStore
 from ctxcompact.strategies import ContextGuard, Pipeline, ToolResultHiding
@@ -135,3 +137,50 @@ def test_per_conversation_gives_each_controller_its_own_strategy_transforms_and_
     shared = wire(config)  # without: one strategy, no store (nothing asked to open one)
     assert shared.controller().strategy is shared.controller().strategy
     assert shared.controller().store is None
+
+
+# -- the agent receives a controller; the short form builds one -------------------------------
+
+
+def test_the_agent_takes_a_ready_controller_as_its_second_argument() -> None:
+    controller = CompactionController(
+        ToolResultHiding(), max_context_size=10_000, reserved_context_size=100
+    )
+    agent = Agent(ScriptedLLM("hello"), controller)
+    assert agent.controller is controller
+    assert asyncio.run(agent.run("hi")) == "hello"
+    assert Agent(ScriptedLLM(), compaction=controller).controller is controller
+    with pytest.raises(UserError, match="pass the controller once"):
+        Agent(ScriptedLLM(), controller, compaction=controller)
+
+
+def test_with_strategy_builds_the_controller_the_keywords_describe() -> None:
+    store = MemoryStore()
+    llm = ScriptedLLM("done")
+    agent = Agent.with_strategy(
+        llm,
+        ToolResultHiding(),
+        max_context_size=20_000,
+        reserved_context_size=2_000,
+        trigger_ratio=0.8,
+        store=store,
+        recall=True,
+        system_prompt="be brief",
+    )
+    controller = agent.controller
+    assert (controller.max_context_size, controller.reserved_context_size) == (20_000, 2_000)
+    assert controller.trigger_ratio == 0.8
+    assert controller.store is store
+    assert controller.llm is llm
+    assert controller.recall_placeholder is not None  # recall: placeholders name the tool
+    assert "recall_tool_result" in agent.tools
+    assert agent.history == [Message.system("be brief")]
+    default = Agent.with_strategy(llm).controller
+    assert type(default.strategy).__name__ == "LLMSummary"
+    assert (default.max_context_size, default.reserved_context_size) == (128_000, 50_000)
+
+
+def test_the_compaction_keyword_is_the_same_short_form() -> None:
+    made = Agent(ScriptedLLM(), compaction=ToolResultHiding(), max_context_size=60_000)
+    short = Agent.with_strategy(ScriptedLLM(), ToolResultHiding(), max_context_size=60_000)
+    assert repr(made.controller) == repr(short.controller)
