@@ -6,6 +6,14 @@ gives a :class:`CompactionResult`, :meth:`~CompactionController.prepare` a
 conversation accumulates between calls (the running token count, the loop guards) lives in a
 :class:`ControllerState`; the controller keeps one for the single-conversation case, and
 callers serving many conversations at once (the proxy) pass their own.
+
+The engine receives ready objects: this module imports nothing from the configuration nor
+from the composition root (:mod:`ctxcompact._wiring`, a layer above; an import-linter
+contract in ``pyproject.toml`` keeps it so). :meth:`CompactionController.from_config` stays
+the public way to build one from a config or a path: it calls the builder the composition
+root hands over with :func:`use_config_builder` when it is imported, which ``import
+ctxcompact`` always does. The root depends on the engine, never the reverse; the engine only
+knows that *some* builder may be installed.
 """
 
 from __future__ import annotations
@@ -14,7 +22,7 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from .._contract.protocols import CompactionContext, CompactionStrategy
 from .._defaults import (
@@ -24,7 +32,6 @@ from .._defaults import (
     TRIGGER_RATIO_RANGE,
 )
 from .._tokens.counters import HeuristicTokenCounter, TokenCounter
-from .._wiring import Wiring, wire
 from ..exceptions import ConfigError, LLMUnavailableError, UserError
 from ..llm._breaker import LLMOutages, watch_outages
 from ..store._records import DEFAULT_NAMESPACE
@@ -46,7 +53,6 @@ from .store_hook import ProducedMessages, StoreHook
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-    from .._config.config import Config
     from .._contract.protocols import LLM, ToolSpec, Usage
     from .._history.messages import Message
     from ..llm._breaker import OutageStatus
@@ -61,11 +67,41 @@ __all__ = [
     "PreparedRequest",
     "Step",
     "Trigger",
+    "use_config_builder",
 ]
 
 logger = logging.getLogger("ctxcompact.controller")
 
 EventCallback = Callable[[CompactionEvent], object]
+
+
+class ConfigBuilder(Protocol):
+    """Builds a controller of class ``cls`` from a config or a path, with
+    :meth:`CompactionController.from_config`'s options."""
+
+    def __call__(
+        self,
+        cls: type[CompactionController],
+        config: object,
+        /,
+        *,
+        strategy: CompactionStrategy | None,
+        llm: LLM | None,
+        token_counter: TokenCounter | None,
+        dependencies: Mapping[type, object] | None,
+        on_event: EventCallback | None,
+        max_context_size: int | None,
+    ) -> CompactionController: ...
+
+
+_config_builder: ConfigBuilder | None = None
+
+
+def use_config_builder(build: ConfigBuilder) -> None:
+    """Install what :meth:`CompactionController.from_config` calls. The composition root
+    (:mod:`ctxcompact._wiring`) does, when it is imported."""
+    global _config_builder
+    _config_builder = build
 
 
 class ControllerState:
@@ -246,33 +282,9 @@ class CompactionController:
         self.recall_placeholder = recall_placeholder
 
     @classmethod
-    def from_wiring(
-        cls, wiring: Wiring, *, on_event: EventCallback | None = None
-    ) -> CompactionController:
-        """A controller from parts :func:`ctxcompact.wire` built from a config."""
-        return cls(
-            wiring.strategy,
-            max_context_size=wiring.max_context_size,
-            reserved_context_size=wiring.reserved_context_size,
-            trigger_ratio=wiring.trigger_ratio,
-            max_messages=wiring.max_messages,
-            token_counter=wiring.counter,
-            llm=wiring.llm,
-            transforms=wiring.transforms,
-            on_event=on_event,
-            min_progress=wiring.min_progress,
-            max_failures=wiring.max_failures,
-            store=wiring.store,
-            recall_placeholder=(
-                wiring.recall_placeholder if wiring.recall and wiring.store is not None else None
-            ),
-            cache_ttl=wiring.config.compaction.cache_ttl,
-        )
-
-    @classmethod
     def from_config(
         cls,
-        config: Config,
+        config: object,
         *,
         strategy: CompactionStrategy | None = None,
         llm: LLM | None = None,
@@ -281,7 +293,8 @@ class CompactionController:
         on_event: EventCallback | None = None,
         max_context_size: int | None = None,
     ) -> CompactionController:
-        """A controller built from a loaded :class:`~ctxcompact.Config` by :func:`wire`.
+        """A controller built by :func:`ctxcompact.wire` from a :class:`~ctxcompact.Config`
+        or the path of a TOML file.
 
         The strategy is ``[compaction] strategy`` loaded with ``[compaction.params]`` (unless
         ``strategy`` is given), offered the LLM (``llm``, else one built from
@@ -291,21 +304,36 @@ class CompactionController:
         With a ``[store]`` table, ``controller.store`` is the store it opened: close it
         (``controller.store.close()``) when done.
 
+        Args:
+            config: A :class:`~ctxcompact.Config`, or the path of a TOML file (``str`` or
+                ``os.PathLike``). Typed ``object`` because the engine does not import the
+                configuration (see the module docstring).
+            strategy: Use this object instead of loading ``[compaction] strategy``.
+            llm: The summarizer, instead of building ``[compaction.llm]``.
+            token_counter: Instead of ``[token_counting]``'s.
+            dependencies: More objects offered to the strategy's constructor, by type.
+            on_event: Called with every event.
+            max_context_size: Overrides ``[compaction] max_context_size``.
+
         Raises:
-            ConfigError: No window in the config nor in the call, or limits that do not fit
-                it (the error names the file and the ``compaction.`` key).
+            ConfigError: The file cannot be read, no window in the config nor in the call,
+                or limits that do not fit it (the error names the file and the
+                ``compaction.`` key).
             StrategyLoadError: The strategy cannot be loaded.
+            UserError: ``config`` is neither a config nor a path.
         """
-        wiring = wire(
+        if _config_builder is None:  # only while ctxcompact itself is being imported
+            raise UserError("CompactionController.from_config: import ctxcompact first")
+        return _config_builder(
+            cls,
             config,
             strategy=strategy,
             llm=llm,
             token_counter=token_counter,
             dependencies=dependencies,
+            on_event=on_event,
             max_context_size=max_context_size,
-            build_store=True,
         )
-        return cls.from_wiring(wiring, on_event=on_event)
 
     def __repr__(self) -> str:
         return (

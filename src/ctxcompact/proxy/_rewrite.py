@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 
     from .._history.messages import Message
     from ._recall import Recall
+    from ._windows import ModelWindows
 
 __all__ = ["Codec", "RewriteReport", "Rewriter", "codec", "max_output_tokens"]
 
@@ -121,7 +122,8 @@ class Rewriter:
 
     Args:
         controller: Decides when to compact and how; shared by every request (each gets a
-            fresh :class:`~ctxcompact.ControllerState`).
+            fresh :class:`~ctxcompact.ControllerState`). ``None`` with ``per_model`` (no
+            window is configured).
         per_model: When set, picks the controller for the model a request names instead
             (:class:`~ctxcompact.proxy._windows.ModelWindows`); a
             :class:`~ctxcompact.Problem` it returns is why the request is forwarded unchanged
@@ -140,26 +142,35 @@ class Rewriter:
 
     def __init__(
         self,
-        controller: CompactionController,
+        controller: CompactionController | None,
         *,
-        per_model: Callable[[object], CompactionController | Problem] | None = None,
+        per_model: ModelWindows | None = None,
         recall: Recall | None = None,
         reuse_summaries: bool = False,
     ) -> None:
+        shared = controller if controller is not None else per_model
+        if shared is None:
+            raise TypeError("Rewriter needs a controller or per_model")
         self.controller = controller
         self.per_model = per_model
         self.recall = recall
-        self.reuse_summaries = reuse_summaries and controller.store is not None
+        self.strategy = shared.strategy
+        """The triggered strategy (every window's controller shares it)."""
+        self.reuse_summaries = reuse_summaries and shared.store is not None
 
     @property
     def strategy_name(self) -> str:
         """The triggered strategy's name, as reports give it."""
-        return strategy_name(self.controller.strategy)
+        return strategy_name(self.strategy)
 
     @property
     def transform_names(self) -> tuple[str, ...]:
-        """The per-request transforms' names, in order (for the proxy's start-up line)."""
-        return tuple(strategy_name(t) for t in self.controller.transforms)
+        """The per-request transforms' names, in order (for the proxy's start-up line); with
+        per-model windows, those every window's controller builds."""
+        if self.controller is not None:
+            return tuple(strategy_name(t) for t in self.controller.transforms)
+        assert self.per_model is not None  # __init__: one or the other
+        return self.per_model.transform_names
 
     async def rewrite_openai(
         self, body: Body, *, caller: str | None = None
@@ -190,12 +201,14 @@ class Rewriter:
         if isinstance(found, Problem):
             return None, self._skipped(found)
         decode, encode = found
-        controller = self.controller
         if self.per_model is not None:
             chosen = self.per_model(body.get("model"))
             if isinstance(chosen, Problem):
                 return None, self._skipped(chosen)
             controller = chosen
+        else:
+            assert self.controller is not None  # __init__: one or the other
+            controller = self.controller
         max_tokens = max_output_tokens(body)
         name = self.strategy_name
         try:
