@@ -446,7 +446,7 @@ def test_wire_opens_the_store_only_for_callers_that_close_it(tmp_path: Path) -> 
     assert wiring.store is None
     assert wiring.recall
     assert not (tmp_path / "originals.db").exists()
-    assert CompactionController.from_wiring(wiring).recall_placeholder is None  # no store
+    assert wiring.controller().recall_placeholder is None  # no store
     controller = CompactionController.from_config(config)
     try:
         assert isinstance(controller.store, SQLiteStore)

@@ -148,7 +148,11 @@ def ask(proxy: str, messages: list[dict[str, Any]], model: str = "m") -> dict[st
 
 
 def breaker_of(app: Starlette, clock: Clock) -> CircuitBreakerLLM:
-    breaker = app.state.rewriter.controller.llm
+    rewriter = app.state.rewriter
+    # The proxy's one summarizer: on its controller, or without a configured window on the
+    # wiring every model window's controller is built from.
+    shared = rewriter.controller if rewriter.controller is not None else rewriter.per_model.wiring
+    breaker = shared.llm
     assert isinstance(breaker, CircuitBreakerLLM)
     breaker.clock = clock  # the cool-down on a manual clock: no sleeping in the test
     return breaker

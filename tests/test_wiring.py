@@ -62,7 +62,7 @@ def test_wire_builds_every_part_from_one_config() -> None:
     assert wiring.strategy.preserve_recent_n == 2
     assert [type(t).__name__ for t in wiring.transforms] == ["Schema1Masking", "ContextGuard"]
     assert (wiring.max_context_size, wiring.reserved_context_size) == (32_000, 4_000)
-    controller = CompactionController.from_wiring(wiring)
+    controller = wiring.controller()
     assert controller.max_messages == 300
     assert controller.transforms == wiring.transforms
     assert wiring.owned == ()
@@ -94,7 +94,7 @@ def test_strategy_gets_the_same_counter_and_llm_the_controller_uses() -> None:
     wiring = wire(config, llm=llm, token_counter=counter)
     assert isinstance(wiring.strategy, LLMSummary)
     assert wiring.strategy.llm is llm
-    controller = CompactionController.from_wiring(wiring)
+    controller = wiring.controller()
     assert controller.llm is llm
     assert controller.token_counter is counter
 
@@ -305,7 +305,7 @@ def test_proxy_sends_exactly_what_replay_predicts_on_a_real_trace(tmp_path: Path
 
     predicted: list[list[dict[str, Any]]] = []
     wiring = wire(config)
-    controller = CompactionController.from_wiring(wiring)
+    controller = wiring.controller()
     asyncio.run(
         replay(
             conversation,
@@ -398,7 +398,7 @@ def test_the_summarizer_from_the_config_sits_in_one_shared_circuit_breaker() -> 
     assert (breaker.failure_threshold, breaker.cooldown) == (3, 12.5)
     # The strategy and every controller built from the wiring call through the same breaker.
     assert wiring.strategy.summary.llm is breaker  # type: ignore[attr-defined]
-    assert CompactionController.from_wiring(wiring).llm is breaker
+    assert wiring.controller().llm is breaker
     assert wiring.owned == (breaker,)
     defaults = wire(_summarizer_config()).llm
     assert isinstance(defaults, CircuitBreakerLLM)

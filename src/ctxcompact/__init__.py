@@ -49,6 +49,7 @@ from ._controller.controller import (
     PreparedRequest,
     Step,
 )
+from ._controller.problems import Problem
 from ._formats.anthropic import from_anthropic, to_anthropic
 from ._formats.files import Conversation, load_conversation, parse_conversation, read_conversation
 from ._formats.openai_chat import from_openai, to_openai
@@ -109,6 +110,7 @@ __all__ = [
     "ParamInfo",
     "PreparedRequest",
     "PricingConfig",
+    "Problem",
     "ProxyConfig",
     "RawPart",
     "Schema1Config",

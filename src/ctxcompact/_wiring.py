@@ -1,47 +1,72 @@
-"""The composition root: the one place a :class:`~ctxcompact.Config` becomes working parts.
+"""The composition root: the one place a configuration becomes working parts.
 
-A config (plus what the caller overrides: a strategy object, a model, a counter, limits)
-becomes a :class:`Wiring`: the token counter, the model(s), the strategy loaded with its
-dependencies injected, the per-request transforms and the controller's limits.
-:meth:`CompactionController.from_config`, :meth:`Agent.from_config`, the proxy, the CLI,
-replay and the benchmarks all build through :func:`wire`; none repeats it.
+A :class:`~ctxcompact.Config`, or the path of a TOML file (plus what the caller overrides: a
+strategy object, a model, a counter, limits), becomes a :class:`Wiring`: the token counter,
+the model(s), the strategy loaded with its dependencies injected, the per-request transforms,
+the store and the controller's limits. :meth:`Wiring.controller` turns those parts into a
+:class:`~ctxcompact.CompactionController`, for the wired window or for another one.
+
+:func:`wire` is a short sequence of builders, one per part (:func:`build_counter`,
+:func:`build_models`, :func:`build_strategy`, :func:`build_transforms`, :func:`open_store`);
+the command line composes two of them with its replay meters. Everything that builds from a
+config goes through here: :meth:`CompactionController.from_config`, :meth:`Agent.from_config`,
+the proxy, the CLI, replay and the benchmarks; none repeats it.
+
+The controller (the engine, a layer below) imports nothing from here nor from the config:
+:meth:`CompactionController.from_config` calls the builder this module hands it at import
+(:func:`~ctxcompact._controller.controller.use_config_builder`). ``import ctxcompact`` always
+imports this module, so the builder is in place before any user code runs.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+import os
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, TypeAlias
 
+from ._config.config import Config, load_config
 from ._contract.protocols import LLM, CompactionStrategy, Dependencies, needs_llm
+from ._controller.controller import CompactionController, use_config_builder
 from ._plugins.loader import load_strategy
 from ._tokens.counters import TokenCounter, counter_from_config
 from ._tokens.windows import context_window
-from .exceptions import ConfigError, LLMRequiredError, StoreError
+from .exceptions import ConfigError, LLMRequiredError, StoreError, UserError
 from .llm import CircuitBreakerLLM, build_llm
 from .llm._base import SDKAdapter
 from .store._memory import MemoryStore
 from .store._recall import DEFAULT_RECALL_TEMPLATE
 from .store._sqlite import SQLiteStore
-from .strategies._guard import ContextGuard
-from .strategies._schema1 import Schema1Masking
-from .strategies._truncation import ToolResultTruncation
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Callable, Mapping
 
-    from ._config.config import Config, LLMConfig
+    from ._config.config import LLMConfig
+    from ._config.tables import TransformTable
+    from ._controller.controller import EventCallback
     from .store._records import OriginalsStore
+    from .strategies._truncation import ToolResultTruncation
 
 __all__ = [
+    "ConfigSource",
+    "Models",
     "Wiring",
+    "as_config",
+    "build_counter",
     "build_llm_with_window",
+    "build_models",
+    "build_strategy",
     "build_summarizer",
     "build_transforms",
+    "configured_window",
     "offered_dependencies",
     "open_store",
     "require_llm",
+    "transform_names",
     "wire",
 ]
+
+ConfigSource: TypeAlias = Config | str | os.PathLike[str]
+"""What every entry point that takes a configuration accepts: a loaded config or a path."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,8 +80,11 @@ class Wiring:
             from ``[compaction.llm]`` is inside its circuit breaker (:func:`build_summarizer`).
         agent_llm: The model an agent talks to (only with ``agent=True``).
         strategy: ``[compaction] strategy`` loaded with its params and dependencies.
-        transforms: The enabled per-request transforms, in the order they apply.
-        max_context_size: The window the controller triggers against.
+        transforms: The enabled per-request transforms, in the order they apply, for
+            ``max_context_size`` (none when there is no window: see
+            :meth:`controller`, which builds them for the window it is given).
+        max_context_size: The window the controller triggers against; ``None`` only when
+            :func:`wire` was asked for ``per_model_windows`` and nothing names a window.
         reserved_context_size: Tokens kept free below the window.
         trigger_ratio: ``[compaction] trigger_ratio``.
         max_messages: ``[compaction] max_messages``.
@@ -68,13 +96,23 @@ class Wiring:
             name it.
         recall_placeholder: ``[store] recall_placeholder``, the recall placeholder template.
         owned_store: Whether ``store`` was built here (then its owner closes it).
+        cache_ttl: ``[compaction] cache_ttl``.
+        per_conversation: Each :meth:`controller` serves one conversation: a strategy object
+            and transforms of its own and, with ``[store] recall`` and no store here, an
+            in-memory store of its own (the command line's replays).
+        arrival_truncation: With ``agent=True``, ``[tool_result_truncation]`` as the cut an
+            agent applies to each tool result on arrival (``None`` when the table is off).
+        reload_strategy: Loads the configured strategy again (``None`` when the strategy
+            object was passed in): what ``per_conversation`` uses.
 
     Example:
         >>> from ctxcompact import Config
         >>> config = Config.from_dict({"compaction": {"strategy": "tool-result-hiding",
         ...     "max_context_size": 32_000, "reserved_context_size": 4_000}})
-        >>> type(wire(config).strategy).__name__
-        'ToolResultHiding'
+        >>> wiring = wire(config)
+        >>> narrower = wiring.controller(max_context_size=8_000)
+        >>> type(wiring.strategy).__name__, narrower.max_context_size
+        ('ToolResultHiding', 8000)
     """
 
     config: Config
@@ -83,7 +121,7 @@ class Wiring:
     agent_llm: LLM | None
     strategy: CompactionStrategy
     transforms: tuple[CompactionStrategy, ...]
-    max_context_size: int
+    max_context_size: int | None
     reserved_context_size: int
     trigger_ratio: float | None
     max_messages: int | None
@@ -94,10 +132,74 @@ class Wiring:
     recall: bool = False
     recall_placeholder: str = DEFAULT_RECALL_TEMPLATE
     owned_store: bool = False
+    cache_ttl: float | None = None
+    per_conversation: bool = False
+    arrival_truncation: ToolResultTruncation | None = None
+    reload_strategy: Callable[[], CompactionStrategy] | None = field(
+        default=None, repr=False, compare=False
+    )
+
+    def controller(
+        self,
+        *,
+        on_event: EventCallback | None = None,
+        max_context_size: int | None = None,
+        reserved_context_size: int | None = None,
+        controller_class: type[CompactionController] = CompactionController,
+    ) -> CompactionController:
+        """A controller from these parts.
+
+        Args:
+            on_event: Called with every :class:`~ctxcompact.CompactionEvent`.
+            max_context_size: Another window than the wired one (the proxy's per-model
+                windows); the transforms are built again for it, since the guard's budget
+                is the window.
+            reserved_context_size: Another reserve than the wired one.
+            controller_class: What to build (a subclass of your own).
+
+        Raises:
+            ConfigError: No window here nor in the call, or transforms that do not fit the
+                window given (named as ``table.key`` with the file).
+        """
+        size = self.max_context_size if max_context_size is None else max_context_size
+        if size is None:
+            raise ConfigError(_NO_WINDOW, path=_where(self.config), key=_WINDOW_KEY)
+        transforms = self.transforms
+        if size != self.max_context_size or self.per_conversation:
+            # The guard's budget is the window; a conversation's transforms may keep state.
+            transforms = tuple(build_transforms(self.config, size))
+        strategy, store = self.strategy, self.store
+        if self.per_conversation:
+            if self.reload_strategy is not None:
+                strategy = self.reload_strategy()
+            if store is None and self.config.store.recall:
+                store = MemoryStore(max_bytes=self.config.store.max_bytes)
+        return controller_class(
+            strategy,
+            max_context_size=size,
+            reserved_context_size=(
+                self.reserved_context_size
+                if reserved_context_size is None
+                else reserved_context_size
+            ),
+            trigger_ratio=self.trigger_ratio,
+            max_messages=self.max_messages,
+            token_counter=self.counter,
+            llm=self.llm,
+            transforms=transforms,
+            on_event=on_event,
+            min_progress=self.min_progress,
+            max_failures=self.max_failures,
+            store=store,
+            recall_placeholder=(
+                self.recall_placeholder if self.recall and store is not None else None
+            ),
+            cache_ttl=self.cache_ttl,
+        )
 
 
 def wire(
-    config: Config,
+    config: ConfigSource,
     *,
     strategy: CompactionStrategy | None = None,
     llm: LLM | None = None,
@@ -108,11 +210,13 @@ def wire(
     agent: bool = False,
     store: OriginalsStore | None = None,
     build_store: bool = False,
+    per_model_windows: bool = False,
+    per_conversation: bool = False,
 ) -> Wiring:
     """Build the parts ``config`` describes; each keyword overrides its part of the config.
 
     Args:
-        config: A loaded (validated) configuration.
+        config: A loaded (validated) configuration, or the path of a TOML file.
         strategy: Use this object instead of loading ``[compaction] strategy``.
         llm: The model: the summarizer, and with ``agent=True`` the agent's model. When not
             given it is built from ``[agent.llm]`` / ``[compaction.llm]``.
@@ -127,7 +231,14 @@ def wire(
         store: Use this originals store instead of building ``[store]``'s.
         build_store: Open the store ``[store]`` describes (a file is opened, so only callers
             that will use and close it ask: :meth:`Agent.from_config`,
-            :meth:`CompactionController.from_config`). Otherwise ``store`` is only ``store``.
+            :meth:`CompactionController.from_config`, the proxy). Otherwise ``store`` is only
+            ``store``.
+        per_model_windows: When nothing names a window, build without one instead of
+            failing (``max_context_size`` is then ``None``): the caller gives each
+            :meth:`Wiring.controller` its model's window (the proxy).
+        per_conversation: Each :meth:`Wiring.controller` serves one conversation (its own
+            strategy object and transforms, and with ``[store] recall`` its own in-memory
+            store).
 
     Raises:
         ConfigError: No window anywhere, limits that do not fit, no model for an agent, a
@@ -135,90 +246,174 @@ def wire(
         StrategyLoadError: The strategy cannot be loaded.
         MissingDependencyError: A configured provider's SDK is not installed.
     """
-    where = str(config.path) if config.path else None
-    comp = config.compaction
-    overrides: dict[str, Any] = {}
-    if max_context_size is not None:
-        overrides["max_context_size"] = max_context_size
-    if reserved_context_size is not None:
-        overrides["reserved_context_size"] = reserved_context_size
-    if overrides:
-        config = config.with_compaction(**overrides)
-        comp = config.compaction
-    size = comp.max_context_size
-    if size is None and comp.model is not None:
-        # The named model's window (``[models]`` first, then the built-in table).
-        size = config.model_window(comp.model)
-        if size is not None and comp.reserved_context_size >= size:
-            raise ConfigError(
-                f"the window of {comp.model!r} is {size} tokens, not above "
-                f"reserved_context_size ({comp.reserved_context_size}): set it lower",
-                path=where,
-                key="compaction.reserved_context_size",
-            )
-    if size is None:
-        raise ConfigError(
-            "required: set it in [compaction] (or name a known model in [compaction] model, "
-            "or give its window in [models]) or pass max_context_size=",
-            path=where,
-            key="compaction.max_context_size",
-        )
-    counter = token_counter or counter_from_config(config.token_counting)
+    config = _with_limits(as_config(config), max_context_size, reserved_context_size)
+    window = _window(config, required=not per_model_windows)
+    counter = token_counter or build_counter(config)
+    models = build_models(config, llm, agent=agent)
 
-    owned: list[LLM] = []
-    agent_llm: LLM | None = None
-    summarizer = llm
-    if agent:
-        agent_llm = llm
-        if agent_llm is None:
-            agent_config = config.agent.llm or comp.llm
-            if agent_config is None:
-                raise ConfigError(
-                    "no model to talk to: add an [agent.llm] table (provider, model) or pass "
-                    "llm= to Agent.from_config",
-                    path=where,
-                    key="agent.llm",
-                )
-            agent_llm = build_llm_with_window(agent_config, config.models)
-            owned.append(agent_llm)
-        summarizer = agent_llm
-        if comp.llm is not None and config.agent.llm is not None:
-            summarizer = build_summarizer(comp.llm, config.models)
-            owned.append(summarizer)
-    elif summarizer is None and comp.llm is not None:
-        summarizer = build_summarizer(comp.llm, config.models)
-        owned.append(summarizer)
+    def load() -> CompactionStrategy:
+        return build_strategy(config, counter, models.summarizer, dependencies)
 
     if strategy is None:
-        offered = offered_dependencies(config, counter, summarizer, dependencies)
-        strategy = load_strategy(comp.strategy, dependencies=offered, params=comp.params)
-        if summarizer is None:
-            require_llm(strategy, comp.strategy, where)
-    elif summarizer is None and not (dependencies and LLM in dependencies):
-        require_llm(strategy, type(strategy).__name__, where)
-    transforms = tuple(build_transforms(config, size))
-    owned_store = build_store and store is None and config.store.enabled
-    if owned_store:
+        strategy, reload = load(), load
+    else:
+        reload = None
+        if models.summarizer is None and not (dependencies and LLM in dependencies):
+            require_llm(strategy, type(strategy).__name__, _where(config))
+    transforms = () if window is None else tuple(build_transforms(config, window))
+    opened = build_store and store is None and config.store.enabled
+    if opened:
         store = open_store(config)
+    comp = config.compaction
     return Wiring(
         config=config,
         counter=counter,
-        llm=summarizer,
-        agent_llm=agent_llm,
+        llm=models.summarizer,
+        agent_llm=models.agent,
         strategy=strategy,
         transforms=transforms,
-        max_context_size=size,
+        max_context_size=window,
         reserved_context_size=comp.reserved_context_size,
         trigger_ratio=comp.trigger_ratio,
         max_messages=comp.max_messages,
         min_progress=comp.min_progress,
         max_failures=comp.max_failures,
-        owned=tuple(owned),
+        owned=models.owned,
         store=store,
         recall=config.store.recall,
         recall_placeholder=config.store.recall_placeholder,
-        owned_store=owned_store,
+        owned_store=opened,
+        cache_ttl=comp.cache_ttl,
+        per_conversation=per_conversation,
+        arrival_truncation=_arrival_truncation(config) if agent else None,
+        reload_strategy=reload,
     )
+
+
+# -- the configuration and its window -------------------------------------------------------
+
+_WINDOW_KEY = "compaction.max_context_size"
+_NO_WINDOW = (
+    "required: set it in [compaction] (or name a known model in [compaction] model, "
+    "or give its window in [models]) or pass max_context_size="
+)
+
+
+def as_config(source: object) -> Config:
+    """``source`` itself when it is a :class:`~ctxcompact.Config`, else the TOML file it names.
+
+    Raises:
+        ConfigError: The file cannot be read or is not a valid configuration.
+        UserError: ``source`` is neither a config nor a path.
+
+    Example:
+        >>> as_config(Config()) is not None
+        True
+    """
+    if isinstance(source, Config):
+        return source
+    if isinstance(source, (str, os.PathLike)):
+        return load_config(source)
+    raise UserError(f"expected a Config or the path of a TOML file, got {type(source).__name__}")
+
+
+def configured_window(config: Config) -> int | None:
+    """The window ``config`` gives: ``[compaction] max_context_size``, else the window of
+    ``[compaction] model`` (``[models]`` first, then :func:`~ctxcompact.context_window`'s
+    table), else ``None``.
+
+    Example:
+        >>> configured_window(Config.from_dict({"compaction": {"model": "gpt-4",
+        ...     "reserved_context_size": 1_000}}))
+        8192
+    """
+    comp = config.compaction
+    if comp.max_context_size is not None:
+        return comp.max_context_size
+    return config.model_window(comp.model)
+
+
+def _window(config: Config, *, required: bool) -> int | None:
+    comp = config.compaction
+    size = configured_window(config)
+    if comp.max_context_size is None and size is not None and comp.reserved_context_size >= size:
+        raise ConfigError(
+            f"the window of {comp.model!r} is {size} tokens, not above "
+            f"reserved_context_size ({comp.reserved_context_size}): set it lower",
+            path=_where(config),
+            key="compaction.reserved_context_size",
+        )
+    if size is None and required:
+        raise ConfigError(_NO_WINDOW, path=_where(config), key=_WINDOW_KEY)
+    return size
+
+
+def _with_limits(config: Config, max_size: int | None, reserved: int | None) -> Config:
+    overrides: dict[str, Any] = {}
+    if max_size is not None:
+        overrides["max_context_size"] = max_size
+    if reserved is not None:
+        overrides["reserved_context_size"] = reserved
+    return config.with_compaction(**overrides) if overrides else config
+
+
+def _where(config: Config) -> str | None:
+    return str(config.path) if config.path else None
+
+
+# -- the parts --------------------------------------------------------------------------------
+
+
+def build_counter(config: Config) -> TokenCounter:
+    """The token counter ``[token_counting]`` describes."""
+    return counter_from_config(config.token_counting)
+
+
+@dataclass(frozen=True, slots=True)
+class Models:
+    """The models :func:`build_models` picked or built.
+
+    Attributes:
+        summarizer: The model offered to the strategy, or ``None``.
+        agent: The model an agent talks to (only when asked for one).
+        owned: The ones built here: their owner closes them.
+    """
+
+    summarizer: LLM | None
+    agent: LLM | None = None
+    owned: tuple[LLM, ...] = ()
+
+
+def build_models(config: Config, llm: LLM | None = None, *, agent: bool = False) -> Models:
+    """The summarizer and, with ``agent``, the agent's model (see :func:`wire`).
+
+    Raises:
+        ConfigError: ``agent`` and no model given nor configured (``agent.llm``).
+    """
+    comp = config.compaction
+    if not agent:
+        if llm is not None or comp.llm is None:
+            return Models(llm)
+        summarizer = build_summarizer(comp.llm, config.models)
+        return Models(summarizer, owned=(summarizer,))
+    owned: list[LLM] = []
+    agent_llm = llm
+    if agent_llm is None:
+        agent_config = config.agent.llm or comp.llm
+        if agent_config is None:
+            raise ConfigError(
+                "no model to talk to: add an [agent.llm] table (provider, model) or pass "
+                "llm= to Agent.from_config",
+                path=_where(config),
+                key="agent.llm",
+            )
+        agent_llm = build_llm_with_window(agent_config, config.models)
+        owned.append(agent_llm)
+    summarizer = agent_llm
+    if comp.llm is not None and config.agent.llm is not None:
+        summarizer = build_summarizer(comp.llm, config.models)
+        owned.append(summarizer)
+    return Models(summarizer, agent_llm, tuple(owned))
 
 
 def build_llm_with_window(llm_config: LLMConfig, models: Mapping[str, int] | None = None) -> LLM:
@@ -250,6 +445,27 @@ def build_summarizer(llm_config: LLMConfig, models: Mapping[str, int] | None = N
     )
 
 
+def build_strategy(
+    config: Config,
+    counter: TokenCounter,
+    llm: LLM | None,
+    dependencies: Mapping[type, object] | None = None,
+) -> CompactionStrategy:
+    """``[compaction] strategy`` loaded with ``[compaction.params]``, offered the counter,
+    the model and the config (:func:`offered_dependencies`).
+
+    Raises:
+        StrategyLoadError: The strategy cannot be loaded.
+        LLMRequiredError: It needs a model and none is offered.
+    """
+    comp = config.compaction
+    offered = offered_dependencies(config, counter, llm, dependencies)
+    strategy = load_strategy(comp.strategy, dependencies=offered, params=comp.params)
+    if llm is None:
+        require_llm(strategy, comp.strategy, _where(config))
+    return strategy
+
+
 def require_llm(strategy: object, spec: str, where: str | None = None) -> None:
     """Fail at setup when ``strategy`` needs an LLM (:class:`~ctxcompact.NeedsLLM`)
     and none is offered, rather than at its first compaction.
@@ -265,27 +481,6 @@ def require_llm(strategy: object, spec: str, where: str | None = None) -> None:
         "[compaction.llm] table (provider, model, base_url), pass llm=..., or on the command "
         "line give --llm-base-url URL --llm-model NAME"
     )
-
-
-def open_store(config: Config) -> OriginalsStore | None:
-    """The store ``[store]`` describes: a :class:`SQLiteStore` at ``path`` (``~`` expanded,
-    relative to the config file's folder), a :class:`MemoryStore` when only ``recall`` is on,
-    else ``None``.
-
-    Raises:
-        ConfigError: The file cannot be opened or was written by a newer ctxcompact (named as
-            ``store.path`` with the config file).
-    """
-    table = config.store
-    path = table.resolved_path(config.path)
-    if path is None:
-        return MemoryStore(max_bytes=table.max_bytes) if table.recall else None
-    try:
-        return SQLiteStore(path, max_bytes=table.max_bytes)
-    except StoreError as exc:
-        raise ConfigError(
-            str(exc), path=str(config.path) if config.path else None, key="store.path"
-        ) from exc
 
 
 def offered_dependencies(
@@ -314,30 +509,86 @@ def build_transforms(config: Config, max_context_size: int) -> list[CompactionSt
     Raises:
         ConfigError: A table's settings do not fit (named as ``table.key`` with the file).
     """
-    where = str(config.path) if config.path else None
-    tables: list[tuple[str, bool, Any]] = [
-        (
-            "observation_masking.schema1",
-            config.observation_masking.schema1.enabled,
-            lambda: Schema1Masking(**config.observation_masking.schema1.params()),
-        ),
-        (
-            "tool_result_truncation",
-            config.tool_result_truncation.enabled,
-            lambda: ToolResultTruncation(**config.tool_result_truncation.params()),
-        ),
-        (
-            "context_guard",
-            config.context_guard.enabled,
-            lambda: ContextGuard(context_window=max_context_size, **config.context_guard.params()),
-        ),
-    ]
     transforms: list[CompactionStrategy] = []
-    for table, enabled, build in tables:
-        if not enabled:
+    for key, table in _transform_tables(config):
+        if not table.enabled:
             continue
+        fixed = {"context_window": max_context_size} if "context_window" in table.fixed else {}
         try:
-            transforms.append(build())
+            transforms.append(table.build(**fixed))
         except ConfigError as exc:
-            raise exc.located(path=where, table=table) from None
+            raise exc.located(path=_where(config), table=key) from None
     return transforms
+
+
+def transform_names(config: Config) -> tuple[str, ...]:
+    """The class names of the transforms ``config`` enables, in the order they apply (what
+    the proxy names at start-up, before a request tells it a window).
+
+    Example:
+        >>> transform_names(Config.from_dict({"context_guard": {"enabled": True}}))
+        ('ContextGuard',)
+    """
+    return tuple(t.strategy_class.__name__ for _, t in _transform_tables(config) if t.enabled)
+
+
+def _transform_tables(config: Config) -> list[tuple[str, TransformTable]]:
+    return [
+        ("observation_masking.schema1", config.observation_masking.schema1),
+        ("tool_result_truncation", config.tool_result_truncation),
+        ("context_guard", config.context_guard),
+    ]
+
+
+def open_store(config: Config) -> OriginalsStore | None:
+    """The store ``[store]`` describes: a :class:`SQLiteStore` at ``path`` (``~`` expanded,
+    relative to the config file's folder), a :class:`MemoryStore` when only ``recall`` is on,
+    else ``None``.
+
+    Raises:
+        ConfigError: The file cannot be opened or was written by a newer ctxcompact (named as
+            ``store.path`` with the config file).
+    """
+    table = config.store
+    path = table.resolved_path(config.path)
+    if path is None:
+        return MemoryStore(max_bytes=table.max_bytes) if table.recall else None
+    try:
+        return SQLiteStore(path, max_bytes=table.max_bytes)
+    except StoreError as exc:
+        raise ConfigError(str(exc), path=_where(config), key="store.path") from exc
+
+
+def _arrival_truncation(config: Config) -> ToolResultTruncation | None:
+    table = config.tool_result_truncation
+    return table.build() if table.enabled else None
+
+
+# -- CompactionController.from_config ---------------------------------------------------------
+
+
+def _controller_from_config(
+    cls: type[CompactionController],
+    config: object,
+    /,
+    *,
+    strategy: CompactionStrategy | None,
+    llm: LLM | None,
+    token_counter: TokenCounter | None,
+    dependencies: Mapping[type, object] | None,
+    on_event: EventCallback | None,
+    max_context_size: int | None,
+) -> CompactionController:
+    wiring = wire(
+        as_config(config),
+        strategy=strategy,
+        llm=llm,
+        token_counter=token_counter,
+        dependencies=dependencies,
+        max_context_size=max_context_size,
+        build_store=True,
+    )
+    return wiring.controller(on_event=on_event, controller_class=cls)
+
+
+use_config_builder(_controller_from_config)

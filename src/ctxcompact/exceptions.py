@@ -5,13 +5,29 @@ LLM it was not given) are :class:`UserError`; malformed conversation data is
 :class:`FormatError`; failures at run time (a summarizer that returns garbage, a provider
 that rate-limits) are :class:`CompactionError` and :class:`LLMError`.
 
+Each error carries what a program needs as attributes (the file and key, the spec and the valid
+choices, the status code); the message is for people. A mistake the standard library would
+report as ``ValueError``, ``TypeError`` or ``KeyError`` is also an instance of that builtin, so
+``except ValueError`` written before these classes existed still catches it.
+
+What goes wrong while a run carries on (a strategy that raised, a store that failed) is not
+raised: it is reported as a :class:`~ctxcompact.Problem` on the event or the result.
+
 ```
 CtxCompactError
 ├── UserError                    the developer's mistake: fix the code or the config
-│   ├── ConfigError              invalid TOML, unknown key, value out of range (file, key)
-│   ├── StrategyLoadError        a strategy spec that cannot be loaded (spec, cause)
-│   ├── MissingDependencyError   an optional extra is not installed (the pip line to run)
-│   └── LLMRequiredError         a strategy needs an LLM and none was given
+│   ├── ConfigError              invalid TOML, unknown key, value out of range (path, key)
+│   ├── StrategyLoadError        a strategy spec that cannot be loaded (spec, reason, choices)
+│   ├── MissingDependencyError   an optional extra is not installed (extra; ImportError too)
+│   ├── LLMRequiredError         a strategy needs an LLM and none was given
+│   ├── ArgumentError            a call's argument is out of range or clashes (argument;
+│   │   │                        ValueError too)
+│   │   └── PricingError         a price table with an impossible value (table, argument)
+│   ├── MissingArgumentError     an argument another one needs is missing (argument,
+│   │                            needed_by; TypeError too)
+│   ├── UnknownPricingError      no price table of that name (name, choices; KeyError too)
+│   └── CliError                 a command-line mistake: a bad flag, a file that cannot be
+│                                read or written (path, flag); the command exits 2
 ├── FormatError (ValueError)     malformed messages (message index, field)
 │   └── ConversationFileError    a conversation file that cannot be read (file, line, column)
 ├── CompactionError              a strategy failed at run time; the history is kept
@@ -34,14 +50,16 @@ CtxCompactError
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
 __all__ = [
+    "ArgumentError",
     "AuthenticationError",
     "BadResponseError",
+    "CliError",
     "CompactionError",
     "ConfigError",
     "ContextBudgetError",
@@ -55,13 +73,17 @@ __all__ = [
     "LLMTimeoutError",
     "LLMUnavailableError",
     "MaxStepsExceeded",
+    "MissingArgumentError",
     "MissingDependencyError",
     "ModelNotFoundError",
+    "PricingError",
     "RateLimitError",
     "ServerError",
     "StoreError",
     "StrategyLoadError",
+    "StrategyLoadReason",
     "SummaryRejectedError",
+    "UnknownPricingError",
     "UserError",
 ]
 
@@ -106,16 +128,55 @@ class ConfigError(UserError):
         return located
 
 
+StrategyLoadReason = Literal[
+    "malformed_spec",
+    "unknown_name",
+    "ambiguous_name",
+    "module_not_found",
+    "import_failed",
+    "no_attribute",
+    "not_a_class",
+    "not_a_strategy",
+    "missing_dependency",
+    "bad_params",
+    "bad_signature",
+    "constructor_raised",
+]
+"""Why a strategy spec could not be loaded, one fixed word each."""
+
+
 class StrategyLoadError(UserError):
     """A strategy spec could not be turned into a working strategy object.
 
     Attributes:
         spec: The spec as given (``package.module:ClassName`` or an entry-point name).
+        reason: Why, one fixed word (:data:`StrategyLoadReason`): ``unknown_name``,
+            ``module_not_found``, ``bad_params``...
+        detail: What went wrong, in words (the message without the spec).
+        choices: What would have been valid, when known: the registered names for an
+            unknown name, the close names or the strategy classes of a module for a missing
+            attribute, the accepted params for a bad one.
+
+    Example:
+        >>> e = StrategyLoadError("hidng", "no strategy named 'hidng'", reason="unknown_name",
+        ...                       choices=("hiding", "tool-result-hiding"))
+        >>> str(e), e.reason, e.choices[0]
+        ("cannot load strategy 'hidng': no strategy named 'hidng'", 'unknown_name', 'hiding')
     """
 
-    def __init__(self, spec: str, message: str) -> None:
+    def __init__(
+        self,
+        spec: str,
+        message: str,
+        *,
+        reason: StrategyLoadReason,
+        choices: tuple[str, ...] = (),
+    ) -> None:
         super().__init__(f"cannot load strategy {spec!r}: {message}")
         self.spec = spec
+        self.reason = reason
+        self.detail = message
+        self.choices = choices
 
 
 class MissingDependencyError(UserError, ImportError):
@@ -134,6 +195,91 @@ class MissingDependencyError(UserError, ImportError):
 
 class LLMRequiredError(UserError):
     """A strategy that summarizes with an LLM was run without one."""
+
+
+class ArgumentError(UserError, ValueError):
+    """A function or constructor was called with a value it cannot take, or with arguments
+    that cannot go together. Also a :class:`ValueError`.
+
+    Attributes:
+        argument: The parameter at fault, as the call names it (``failure_threshold``,
+            ``client``).
+        message: What is wrong and how to fix it (the error's text).
+
+    Example:
+        >>> ArgumentError("cooldown", "cooldown must be > 0 seconds, got 0").argument
+        'cooldown'
+    """
+
+    def __init__(self, argument: str, message: str) -> None:
+        super().__init__(message)
+        self.argument = argument
+        self.message = message
+
+
+class PricingError(ArgumentError):
+    """A price table (:class:`~ctxcompact.replay.Pricing`) with an impossible value.
+
+    Attributes:
+        table: The table's name.
+        argument: The field at fault (``read``, ``write``, ``ttl_seconds``, ``min_tokens``).
+    """
+
+    def __init__(self, table: str, argument: str, message: str) -> None:
+        super().__init__(argument, message)
+        self.table = table
+
+
+class MissingArgumentError(UserError, TypeError):
+    """An argument that another one needs was not given. Also a :class:`TypeError` (what
+    Python raises for a missing argument).
+
+    Attributes:
+        argument: The missing parameter (``unit_tokens``).
+        needed_by: The parameter that needs it (``clear_at_least``).
+    """
+
+    def __init__(self, argument: str, message: str, *, needed_by: str) -> None:
+        super().__init__(message)
+        self.argument = argument
+        self.needed_by = needed_by
+
+
+class UnknownPricingError(UserError, KeyError):
+    """No price table of that name. Also a :class:`KeyError` (a lookup by name).
+
+    Attributes:
+        name: The name asked for.
+        choices: The tables that exist, sorted.
+
+    Example:
+        >>> str(UnknownPricingError("x", ("flat", "openai")))
+        "unknown pricing 'x'; choose one of flat, openai"
+    """
+
+    def __init__(self, name: str, choices: tuple[str, ...]) -> None:
+        self.message = f"unknown pricing {name!r}; choose one of {', '.join(choices)}"
+        super().__init__(self.message)
+        self.name = name
+        self.choices = choices
+
+    def __str__(self) -> str:  # KeyError's own would quote the whole message
+        return self.message
+
+
+class CliError(UserError):
+    """A mistake on the command line: a bad flag, a file that cannot be read or written.
+    The command prints the message on one line and exits 2.
+
+    Attributes:
+        path: The file at fault, when one is.
+        flag: The flag at fault (``--pricing``), when one is.
+    """
+
+    def __init__(self, message: str, *, path: str | None = None, flag: str | None = None) -> None:
+        super().__init__(message)
+        self.path = path
+        self.flag = flag
 
 
 class FormatError(CtxCompactError, ValueError):

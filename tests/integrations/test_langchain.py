@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import pytest
 from langchain.agents import create_agent
 from langchain_core.callbacks import CallbackManagerForLLMRun
 from langchain_core.language_models import BaseChatModel
@@ -15,9 +16,11 @@ from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
 from pydantic import Field
 
-from ctxcompact import CompactionEvent, check_history
+from ctxcompact import CompactionController, CompactionEvent, check_history
+from ctxcompact.exceptions import UserError
 from ctxcompact.integrations.langchain import CompactionMiddleware, from_history, to_history
-from ctxcompact.strategies import HIDDEN_PLACEHOLDER, ToolResultHiding
+from ctxcompact.store import MemoryStore
+from ctxcompact.strategies import HIDDEN_PLACEHOLDER, ToolResultHiding, ToolResultTruncation
 
 BIG = 1_000
 
@@ -146,3 +149,102 @@ def test_conversion_round_trip_gives_back_the_same_objects() -> None:
         {"raw": 1},
     )
     assert messages[2].content == "A" * 50
+
+
+async def test_a_ready_controller_brings_its_store_and_its_transforms() -> None:
+    store = MemoryStore()
+    controller = CompactionController(
+        ToolResultHiding(preserve_recent_n=2),
+        max_context_size=3_000,
+        reserved_context_size=500,
+        transforms=[ToolResultTruncation(max_chars=300, head_chars=100, tail_chars=100)],
+        store=store,
+    )
+    model = ReadingChatModel(calls=6, seen=[])
+    agent = create_agent(
+        model,
+        tools=[read],
+        middleware=[CompactionMiddleware(controller=controller)],
+        checkpointer=InMemorySaver(),
+    )
+    out = await agent.ainvoke(
+        {"messages": [HumanMessage("read six files")]}, {"configurable": {"thread_id": "t"}}
+    )
+    assert out["messages"][-1].content == "done"
+    results = tool_messages(out["messages"])
+    originals = {f"call_{k}": f"f{k}" * BIG for k in range(6)}
+    hidden = [m for m in results if m.content == HIDDEN_PLACEHOLDER]
+    assert hidden, "the state holds no hidden result"
+    # the transform cut what the model was sent; the graph state keeps the results whole
+    assert [m.content for m in results if m not in hidden] == ["f4" * BIG, "f5" * BIG]
+    newest = tool_messages(model.seen[-1])[-1]
+    assert newest.tool_call_id == "call_5"
+    assert len(newest.content) < 400
+    assert "characters truncated" in newest.content
+    assert check_history(to_history(model.seen[-1])) == []
+    # the store keeps the original of every result the model was not shown whole
+    for message in hidden:
+        kept = store.get("default", message.tool_call_id)
+        assert kept is not None
+        assert kept.message.text == originals[message.tool_call_id]
+    kept = store.get("default", "call_5")
+    assert kept is not None
+    assert (kept.kind, kept.message.text) == ("truncated", originals["call_5"])
+
+
+def test_a_ready_controller_cuts_the_synchronous_requests_too() -> None:
+    controller = CompactionController(
+        ToolResultHiding(),
+        max_context_size=1_000_000,
+        reserved_context_size=1_000,
+        transforms=[ToolResultTruncation(max_chars=300, head_chars=100, tail_chars=100)],
+    )
+    model = ReadingChatModel(calls=2, seen=[])
+    agent = create_agent(
+        model, tools=[read], middleware=[CompactionMiddleware(controller=controller)]
+    )
+    out = agent.invoke({"messages": [HumanMessage("go")]})
+    assert [len(m.content) for m in tool_messages(out["messages"])] == [2 * BIG, 2 * BIG]
+    sent = tool_messages(model.seen[-1])
+    assert [m.tool_call_id for m in sent] == ["call_0", "call_1"]
+    assert all("characters truncated" in m.content for m in sent)
+
+
+def test_the_cache_ttl_of_a_ready_controller_counts_from_the_last_model_call() -> None:
+    now = [0.0]
+    events: list[CompactionEvent] = []
+    controller = CompactionController(
+        ToolResultHiding(preserve_recent_n=1),
+        max_context_size=1_000_000,
+        reserved_context_size=1_000,
+        cache_ttl=300,
+        clock=lambda: now[0],
+        on_event=events.append,
+    )
+    model = ReadingChatModel(calls=3, seen=[])
+    agent = create_agent(
+        model,
+        tools=[read],
+        middleware=[CompactionMiddleware(controller=controller)],
+        checkpointer=InMemorySaver(),
+    )
+    config = {"configurable": {"thread_id": "idle"}}
+    agent.invoke({"messages": [HumanMessage("read three files")]}, config)
+    assert events == []  # far below the window: nothing to do while the cache is warm
+    now[0] += 301  # the user comes back after the provider's cache expired
+    model.calls = 0
+    out = agent.invoke({"messages": [HumanMessage("and now?")]}, config)
+    assert [(e.trigger, e.status) for e in events] == [("cold", "compacted")]
+    assert [m.content == HIDDEN_PLACEHOLDER for m in tool_messages(out["messages"])] == [
+        True,
+        True,
+        False,
+    ]
+
+
+def test_a_controller_and_the_short_form_together_are_refused() -> None:
+    controller = CompactionController(ToolResultHiding(), max_context_size=90_000)
+    with pytest.raises(UserError, match="either controller= or strategy, max_context_size"):
+        CompactionMiddleware(ToolResultHiding(), controller=controller, max_context_size=9)
+    with pytest.raises(UserError, match="a strategy with max_context_size"):
+        CompactionMiddleware()

@@ -15,9 +15,11 @@ from agents.testing.model import assistant_message
 from agents.usage import Usage
 from openai.types.responses import ResponseFunctionToolCall, ResponseReasoningItem
 
-from ctxcompact import CompactionEvent
+from ctxcompact import CompactionController, CompactionEvent
+from ctxcompact.exceptions import UserError
 from ctxcompact.integrations.openai_agents import CompactingSession, CompactionFilter
-from ctxcompact.strategies import HIDDEN_PLACEHOLDER, ToolResultHiding
+from ctxcompact.store import MemoryStore
+from ctxcompact.strategies import HIDDEN_PLACEHOLDER, ToolResultHiding, ToolResultTruncation
 from tests.helpers.responses_items import item_problems
 
 BIG = 1_000
@@ -174,3 +176,81 @@ async def test_the_filter_fails_open_on_input_it_cannot_read(
     assert out.input == [{"role": "user", "content": "hi"}, {"no": "type or role"}]
     assert "message 1" in caplog.text
     assert not re.search(r"\bhi\b", caplog.text)  # no message content in the log line
+
+
+async def test_a_ready_controller_brings_its_store_and_its_transforms() -> None:
+    store = MemoryStore()
+    controller = CompactionController(
+        ToolResultHiding(preserve_recent_n=2),
+        max_context_size=3_000,
+        reserved_context_size=500,
+        transforms=[ToolResultTruncation(max_chars=300, head_chars=100, tail_chars=100)],
+        store=store,
+    )
+    model = ReadingModel(calls=6)
+    config = RunConfig(
+        call_model_input_filter=CompactionFilter(controller=controller), tracing_disabled=True
+    )
+    agent = Agent(name="reader", model=model, tools=[read])
+    result = await Runner.run(agent, "read the files", run_config=config)
+    assert result.final_output == "done"
+    originals = {f"call_{k}": f"f{k}" * BIG for k in range(6)}
+    last = outputs(model.inputs[-1])
+    assert item_problems(model.inputs[-1]) == []
+    assert [o["call_id"] for o in last] == list(originals)
+    hidden = [o for o in last if o["output"] == HIDDEN_PLACEHOLDER]
+    assert hidden, "the model never saw a hidden output"
+    # the transform cut what each call sent: the newest outputs went out head + tail
+    assert [o["call_id"] for o in last if o not in hidden] == ["call_4", "call_5"]
+    assert all("characters truncated" in o["output"] for o in last if o not in hidden)
+    # after the first compaction, the next call extends what was sent: the cache prefix holds
+    first = next(
+        i
+        for i, sent in enumerate(model.inputs)
+        if any(o["output"] == HIDDEN_PLACEHOLDER for o in outputs(sent))
+    )
+    assert model.inputs[first + 1][: len(model.inputs[first])] == model.inputs[first]
+    # the SDK's own items stay whole; the store keeps the originals the model did not see
+    full = [it for it in result.to_input_list() if it.get("type") == "function_call_output"]
+    assert [o["output"] for o in full] == list(originals.values())
+    for output in hidden:
+        kept = store.get("default", output["call_id"])
+        assert kept is not None
+        assert kept.message.text == originals[output["call_id"]]
+    kept = store.get("default", "call_5")
+    assert kept is not None
+    assert (kept.kind, kept.message.text) == ("truncated", originals["call_5"])
+
+
+async def test_a_session_with_a_ready_controller_keeps_what_it_hid_in_the_store(
+    tmp_path: Path,
+) -> None:
+    store = MemoryStore()
+    controller = CompactionController(
+        ToolResultHiding(preserve_recent_n=1),
+        max_context_size=3_000,
+        reserved_context_size=500,
+        store=store,
+    )
+    session = CompactingSession(
+        SQLiteSession("user-2", db_path=tmp_path / "sessions.db"), controller=controller
+    )
+    agent = Agent(name="reader", model=ReadingModel(calls=3), tools=[read])
+    config = RunConfig(tracing_disabled=True)
+    await Runner.run(agent, "read three files", session=session, run_config=config)
+    await Runner.run(agent, "and three more", session=session, run_config=config)
+    outs = outputs(await session.get_items())
+    hidden = [o["call_id"] for o in outs if o["output"] == HIDDEN_PLACEHOLDER]
+    assert hidden == ["call_0", "call_1", "call_2"]
+    for call_id in hidden:
+        kept = store.get("default", call_id)
+        assert kept is not None
+        assert kept.message.text == f"f{call_id[-1]}" * BIG
+
+
+def test_a_controller_and_the_short_form_together_are_refused() -> None:
+    controller = CompactionController(ToolResultHiding(), max_context_size=90_000)
+    with pytest.raises(UserError, match="either controller= or strategy, not both"):
+        CompactionFilter(ToolResultHiding(), controller=controller)
+    with pytest.raises(UserError, match="CompactingSession: pass a strategy with max_context"):
+        CompactingSession(SQLiteSession("u"), ToolResultHiding())

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from pydantic_ai import Agent, ModelRetry
 from pydantic_ai.messages import (
     CompactionPart,
@@ -20,9 +21,16 @@ from pydantic_ai.messages import (
 )
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
-from ctxcompact import CompactionEvent, check_history
+from ctxcompact import CompactionController, CompactionEvent, check_history
+from ctxcompact.exceptions import UserError
 from ctxcompact.integrations.pydantic_ai import from_history, history_processor, to_history
-from ctxcompact.strategies import HIDDEN_PLACEHOLDER, LLMSummary, ToolResultHiding
+from ctxcompact.store import MemoryStore
+from ctxcompact.strategies import (
+    HIDDEN_PLACEHOLDER,
+    LLMSummary,
+    ToolResultHiding,
+    ToolResultTruncation,
+)
 from ctxcompact.testing import ScriptedLLM
 
 BIG = 1_000
@@ -244,3 +252,51 @@ def test_parts_without_a_message_ride_with_their_neighbour_and_survive() -> None
         "ModelResponse",
         "ModelRequest",
     ]
+
+
+async def test_a_ready_controller_brings_its_store_and_its_transforms() -> None:
+    store = MemoryStore()
+    controller = CompactionController(
+        ToolResultHiding(preserve_recent_n=2),
+        max_context_size=3_000,
+        reserved_context_size=500,
+        transforms=[ToolResultTruncation(max_chars=300, head_chars=100, tail_chars=100)],
+        store=store,
+    )
+    model = ReadingModel(calls=6)
+    agent = Agent(FunctionModel(model), capabilities=[history_processor(controller=controller)])
+
+    @agent.tool_plain
+    def read(path: str) -> str:
+        return path * BIG
+
+    result = await agent.run("read the files")
+    assert result.output == "done"
+    history = result.all_messages()
+    assert_paired(history)
+    outs = returns(history)
+    originals = {f"call_{k}": f"f{k}" * BIG for k in range(6)}
+    hidden = [p for p in outs if p.content == HIDDEN_PLACEHOLDER]
+    assert hidden, "nothing was hidden"
+    # the transform cut what the model was sent, never the run's history
+    assert [p.content for p in outs if p not in hidden] == ["f4" * BIG, "f5" * BIG]
+    newest = returns(model.seen[-1])[-1]
+    assert newest.tool_call_id == "call_5"
+    assert len(newest.content) < 400
+    assert "characters truncated" in newest.content
+    # the store keeps the original of every result the model was not shown whole
+    for part in hidden:
+        kept = store.get("default", part.tool_call_id)
+        assert kept is not None
+        assert kept.message.text == originals[part.tool_call_id]
+    kept = store.get("default", "call_5")
+    assert kept is not None
+    assert (kept.kind, kept.message.text) == ("truncated", originals["call_5"])
+
+
+def test_a_controller_and_the_short_form_together_are_refused() -> None:
+    controller = CompactionController(ToolResultHiding(), max_context_size=90_000)
+    with pytest.raises(UserError, match="either controller= or strategy, not both"):
+        history_processor(ToolResultHiding(), controller=controller)
+    with pytest.raises(UserError, match="max_context_size"):
+        history_processor(ToolResultHiding())

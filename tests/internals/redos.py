@@ -25,7 +25,7 @@ from typing import Any
 
 from ctxcompact import from_openai
 from ctxcompact._tokens import windows as _models
-from ctxcompact._tokens.windows import context_window, parse_context_error
+from ctxcompact._tokens.windows import context_window, parse_context_error, says_context_too_long
 from ctxcompact.kit import (
     HIDDEN_PLACEHOLDER,
     KLIP13_PLACEHOLDER,
@@ -34,7 +34,7 @@ from ctxcompact.kit import (
     _errors,
     placeholder_pattern,
 )
-from ctxcompact.proxy._redact import _SAFE_ERRORS
+from ctxcompact.proxy._json import _CHARSET, BodyError, check_charset
 from ctxcompact.replay._referenced import distinctive_tokens
 from ctxcompact.store import DEFAULT_RECALL_TEMPLATE
 from ctxcompact.store._recall import _LineFilter
@@ -232,19 +232,28 @@ def content_matchers() -> list[ContentMatcher]:
             fragments_of(_truncation._MARKER_RE.pattern),
         )
     )
-    for k, (pattern, _) in enumerate(_SAFE_ERRORS):
-        out.append(
-            ContentMatcher(
-                f"proxy.redact.{k}",
-                lambda t, p=pattern: list(p.finditer(t)),
-                fragments_of(pattern.pattern),
-            )
+    # What the proxy reads of what it receives: an upstream's error body (is it "too long"?)
+    # and a client's Content-Type (its charset).
+    out.append(
+        ContentMatcher(
+            "proxy.context_error",
+            says_context_too_long,
+            fragments_of("".join(p.pattern for p in _context_errors()) + "context window"),
         )
+    )
+    out.append(ContentMatcher("proxy.charset", _charset, fragments_of(_CHARSET.pattern)))
     for attack in RECALL_ATTACKS:
         out.append(
             ContentMatcher(f"recall.{attack}", _recall_check(attack), ("a", "!", "b", "\n", "x"))
         )
     return out
+
+
+def _charset(content_type: str) -> object:
+    try:
+        return check_charset(content_type)
+    except BodyError as exc:
+        return exc.reason
 
 
 RECALL_ATTACKS = ("(a+)+$", "(a|a)*b", "(a|aa)+$", "(.*a){12}", "^(a?){25}a{25}$", "(\\w+\\s?)+$")

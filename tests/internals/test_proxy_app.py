@@ -15,7 +15,6 @@ import pytest
 
 from ctxcompact.proxy._app import BodyRewriter, ProxySettings, build_app
 from ctxcompact.proxy._rewrite import Body, RewriteReport
-from ctxcompact.strategies import ToolResultHiding
 from tests.helpers.proxy_servers import FakeUpstream, serve_in_thread
 from tests.test_proxy import openai_history
 from tests.test_proxy_hardening import post
@@ -31,21 +30,32 @@ def upstream() -> Iterator[tuple[FakeUpstream, str]]:
 class RaisingRewriter:
     """A rewriter that fails: what the app must survive from any rewriter."""
 
-    strategy = ToolResultHiding()
-    transforms = ()
+    strategy_name = "ToolResultHiding"
+    transform_names = ()
 
     def __init__(self, exc: BaseException) -> None:
         self.exc = exc
 
-    async def rewrite_openai(self, body: Body) -> tuple[Body | None, RewriteReport]:
+    async def rewrite_openai(
+        self, body: Body, *, caller: str | None = None
+    ) -> tuple[Body | None, RewriteReport]:
         raise self.exc
 
-    async def rewrite_anthropic(self, body: Body) -> tuple[Body | None, RewriteReport]:
+    async def rewrite_anthropic(
+        self, body: Body, *, caller: str | None = None
+    ) -> tuple[Body | None, RewriteReport]:
+        raise self.exc
+
+    async def rewrite_responses(
+        self, body: Body, *, caller: str | None = None
+    ) -> tuple[Body | None, RewriteReport]:
         raise self.exc
 
 
 class UnencodableRewriter(RaisingRewriter):
-    async def rewrite_openai(self, body: Body) -> tuple[Body | None, RewriteReport]:
+    async def rewrite_openai(
+        self, body: Body, *, caller: str | None = None
+    ) -> tuple[Body | None, RewriteReport]:
         report = RewriteReport("transformed", "Hiding", 90, 40, 4, 4)
         return {**body, "oops": {1, 2}}, report
 

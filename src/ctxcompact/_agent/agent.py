@@ -11,9 +11,8 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, TypedDict
 
-from .._config.config import load_config
 from .._contract.tools import ERROR_PREFIX, Tool, ToolLike, ToolResult, as_tool
 from .._controller.controller import CompactionController
 from .._controller.store_hook import store_cut_results
@@ -26,15 +25,17 @@ from ..strategies._summary import LLMSummary
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Sequence
-    from pathlib import Path
+
+    from typing_extensions import Unpack
 
     from .._contract.protocols import LLM, CompactionStrategy, Completion, ToolSpec
     from .._controller.events import CompactionEvent
     from .._tokens.counters import TokenCounter
+    from .._wiring import ConfigSource
     from ..store._records import OriginalsStore
     from ..strategies._truncation import ToolResultTruncation
 
-__all__ = ["Agent", "CompactionRecord", "StopReason", "TranscriptEntry"]
+__all__ = ["Agent", "CompactionRecord", "StopReason", "StrategyOptions", "TranscriptEntry"]
 
 StopReason = Literal["answer", "length", "max_steps"]
 """Why the last :meth:`Agent.run` ended: a final answer, an answer cut by ``max_tokens``
@@ -68,22 +69,86 @@ TranscriptEntry = Message | CompactionRecord
 """One entry of :attr:`Agent.transcript`."""
 
 
+class StrategyOptions(TypedDict, total=False):
+    """What the controller of :meth:`Agent.with_strategy` (or ``Agent(llm,
+    compaction=strategy)``) is built with, beside the strategy. A ready controller has them
+    already: with ``controller=``, none may be given."""
+
+    max_context_size: int | None
+    """The model's window in tokens (default 128,000)."""
+    reserved_context_size: int | None
+    """Tokens kept free for the answer and the next tool results (default 50,000);
+    compaction triggers when ``tokens + reserved >= max_context_size``."""
+    trigger_ratio: float | None
+    """Also trigger when the tokens reach this fraction of the window."""
+    token_counter: TokenCounter | None
+    """Estimates tokens; the controller's default heuristic when ``None``."""
+    transforms: Sequence[CompactionStrategy]
+    """Per-request strategies applied to each request, never to the stored history
+    (Schema 1 masking, a context guard...)."""
+    store: OriginalsStore | None
+    """An originals store (:mod:`ctxcompact.store`): every message compaction, a transform or
+    ``tool_result_truncation`` takes out of the model's view is kept there, by tool-call id.
+    Its failures never stop the agent (logged at WARNING)."""
+    recall_placeholder: str | None
+    """With ``recall=True``, the template of the placeholders of hidden and masked results
+    (``{tool_call_id}``, ``{tool_name}``); default
+    :data:`~ctxcompact.store.DEFAULT_RECALL_TEMPLATE`."""
+
+
+def _short_form_controller(
+    llm: LLM,
+    strategy: CompactionStrategy | None,
+    *,
+    recall: bool = False,
+    **options: Unpack[StrategyOptions],
+) -> CompactionController:
+    """The controller of the short form: ``strategy`` (``None``: KLIP-13's default,
+    :class:`~ctxcompact.strategies.LLMSummary` with ``llm``) with ``options``.
+
+    Raises:
+        UserError: ``recall_placeholder`` without ``recall``.
+        ConfigError: Limits that do not fit.
+    """
+    placeholder = options.get("recall_placeholder")
+    if placeholder is not None and not recall:
+        raise UserError("recall_placeholder= is the recall text: pass recall=True too")
+    store = options.get("store")
+    max_size = options.get("max_context_size")
+    reserved = options.get("reserved_context_size")
+    return CompactionController(
+        LLMSummary(llm) if strategy is None else strategy,
+        max_context_size=DEFAULT_MAX_CONTEXT_SIZE if max_size is None else max_size,
+        reserved_context_size=DEFAULT_RESERVED_CONTEXT_SIZE if reserved is None else reserved,
+        trigger_ratio=options.get("trigger_ratio"),
+        token_counter=options.get("token_counter"),
+        llm=llm,
+        transforms=tuple(options.get("transforms", ())),
+        store=store,
+        recall_placeholder=(placeholder or DEFAULT_RECALL_TEMPLATE)
+        if recall and store is not None
+        else None,
+    )
+
+
 class Agent:
     """A tool-calling agent that compacts its history before every model call.
 
+    The agent receives its controller ready-built (``Agent(llm, controller)``);
+    :meth:`with_strategy` builds one from a strategy and a window, and :meth:`from_config`
+    from a configuration (through :func:`ctxcompact.wire`).
+
     Args:
         llm: The chat model (anything satisfying :class:`ctxcompact.LLM`).
+        controller: The ready :class:`~ctxcompact.CompactionController` that decides when
+            and how to compact (its store is the agent's, and its ``recall_placeholder``
+            decides what placeholders say).
         tools: :class:`~ctxcompact.Tool` objects or typed functions (sync or async).
         system_prompt: Sent as the first, system message of the history.
-        compaction: The strategy; ``None`` means KLIP-13's default, ``LLMSummary`` with ``llm``.
-        max_context_size: The model's window in tokens (default 128,000).
-        reserved_context_size: Tokens kept free for the answer and the next tool results
-            (default 50,000); compaction triggers when ``tokens + reserved >=
-            max_context_size``.
-        trigger_ratio: Also trigger when the tokens reach this fraction of the window.
-        token_counter: Estimates tokens; the controller's default heuristic when ``None``.
-        transforms: Per-request strategies applied to each request, never to the stored
-            history (Schema 1 masking, a context guard...).
+        compaction: Short for :meth:`with_strategy`: a strategy, built into a controller
+            with the :class:`StrategyOptions` given as keywords (or the defaults; ``None``
+            and no ``controller`` means KLIP-13's default, ``LLMSummary`` with ``llm``). A
+            controller here is the same as ``controller=``.
         max_steps: The most model calls one :meth:`run` may make (default 50).
         max_tokens: The output limit passed to every model call.
         tool_result_truncation: Cuts each tool result on arrival into the history (the
@@ -91,19 +156,15 @@ class Agent:
         on_event: Called with each :class:`~ctxcompact.CompactionEvent` as it happens
             (compaction events only: every status, from ``compacted`` to ``skipped``; tool
             calls and steps are visible in :attr:`transcript`).
-        controller: A ready :class:`~ctxcompact.CompactionController` to use instead of
-            building one (then ``compaction``, the size arguments, ``store`` and
-            ``recall_placeholder`` must not be given: the controller's store is used, and
-            its ``recall_placeholder`` decides what placeholders say).
-        store: An originals store (:mod:`ctxcompact.store`): every message compaction, a
-            transform or ``tool_result_truncation`` takes out of the model's view is kept
-            there, by tool-call id. Its failures never stop the agent (logged at WARNING).
         recall: Offer the model ``recall_tool_result`` (:func:`ctxcompact.store.recall_tool`)
-            to see a removed result again; needs a store. Hidden and masked results then
-            show ``recall_placeholder``, naming the tool and the result's id.
-        recall_placeholder: The template of those placeholders (``{tool_call_id}``,
-            ``{tool_name}``); default
-            :data:`~ctxcompact.store.DEFAULT_RECALL_TEMPLATE`. Only with ``recall=True``.
+            to see a removed result again; needs the controller's store. Hidden and masked
+            results then show the recall placeholder, naming the tool and the result's id.
+        **strategy_options: With ``compaction=`` a strategy (or neither): the
+            :class:`StrategyOptions` of its controller.
+
+    Raises:
+        UserError: ``controller`` and strategy options together, ``recall`` without a
+            store, two tools of one name, ``max_steps`` below 1.
 
     Example:
         >>> from ctxcompact.testing import ScriptedLLM
@@ -116,29 +177,30 @@ class Agent:
     def __init__(
         self,
         llm: LLM,
+        controller: CompactionController | None = None,
         *,
         tools: Iterable[ToolLike] = (),
         system_prompt: str | None = None,
-        compaction: CompactionStrategy | None = None,
-        max_context_size: int | None = None,
-        reserved_context_size: int | None = None,
-        trigger_ratio: float | None = None,
-        token_counter: TokenCounter | None = None,
-        transforms: Sequence[CompactionStrategy] = (),
+        compaction: CompactionStrategy | CompactionController | None = None,
         max_steps: int = DEFAULT_MAX_STEPS,
         max_tokens: int | None = None,
         tool_result_truncation: ToolResultTruncation | None = None,
         on_event: Callable[[CompactionEvent], object] | None = None,
-        controller: CompactionController | None = None,
-        store: OriginalsStore | None = None,
         recall: bool = False,
-        recall_placeholder: str | None = None,
+        **strategy_options: Unpack[StrategyOptions],
     ) -> None:
         if max_steps < 1:
             raise UserError(f"max_steps must be at least 1, got {max_steps}")
-        if recall_placeholder is not None and not recall:
-            raise UserError("recall_placeholder= is the recall text: pass recall=True too")
+        if isinstance(compaction, CompactionController):
+            if controller is not None:
+                raise UserError("pass the controller once: controller= or compaction=")
+            controller, compaction = compaction, None
+        if controller is None:
+            controller = _short_form_controller(llm, compaction, recall=recall, **strategy_options)
+        else:
+            _refuse_beside(controller, compaction, strategy_options)
         self.llm = llm
+        self.controller = controller
         self.tools: dict[str, Tool] = {}
         for item in tools:
             t = as_tool(item)
@@ -152,64 +214,11 @@ class Agent:
         self.on_event = on_event
         self._running = False
         self._owned: list[LLM] = []  # models built by from_config, closed by aclose()
-        if controller is not None:
-            given = {
-                "compaction": compaction,
-                "max_context_size": max_context_size,
-                "reserved_context_size": reserved_context_size,
-                "trigger_ratio": trigger_ratio,
-                "token_counter": token_counter,
-                "store": store,
-                "recall_placeholder": recall_placeholder,
-            }
-            clash = [k for k, v in given.items() if v is not None] + (
-                ["transforms"] if transforms else []
-            )
-            if clash:
-                raise UserError(
-                    f"pass either controller= or {', '.join(clash)}, not both: the controller "
-                    "already has its strategy and limits"
-                )
-            self.controller = controller
-        else:
-            if compaction is None:
-                compaction = LLMSummary(llm)
-            self.controller = CompactionController(
-                compaction,
-                max_context_size=(
-                    DEFAULT_MAX_CONTEXT_SIZE if max_context_size is None else max_context_size
-                ),
-                reserved_context_size=(
-                    DEFAULT_RESERVED_CONTEXT_SIZE
-                    if reserved_context_size is None
-                    else reserved_context_size
-                ),
-                trigger_ratio=trigger_ratio,
-                token_counter=token_counter,
-                llm=llm,
-                transforms=tuple(transforms),
-                store=store,
-                recall_placeholder=(recall_placeholder or DEFAULT_RECALL_TEMPLATE)
-                if recall and store is not None
-                else None,
-            )
         self.store = self.controller.store
         """Where removed originals are kept (the controller's), or ``None``."""
         self._owned_store = False  # a store built by from_config, closed by aclose()
         if recall:
-            if self.store is None:
-                raise UserError(
-                    "recall=True needs an originals store: pass store=MemoryStore() or "
-                    "SQLiteStore(path) (from ctxcompact.store), or set [store] path in the "
-                    "config; the recall tool reads removed results from it"
-                )
-            recall_spec = recall_tool(self.store, namespace=self.controller.store_namespace)
-            if recall_spec.name in self.tools:
-                raise UserError(
-                    f"a tool is already named {recall_spec.name!r}; with recall=True the agent "
-                    "adds its own: rename yours or drop recall=True"
-                )
-            self.tools[recall_spec.name] = recall_spec
+            self._offer_recall()
         self.recall = recall
         self.history: list[Message] = []
         """The stored history, compacted: each request is this through the transforms."""
@@ -221,18 +230,80 @@ class Agent:
         if system_prompt:
             self.add(Message.system(system_prompt))
 
-    # -- construction from a config file ----------------------------------------------------
+    def _offer_recall(self) -> None:
+        if self.store is None:
+            raise UserError(
+                "recall=True needs an originals store: pass store=MemoryStore() or "
+                "SQLiteStore(path) (from ctxcompact.store), or set [store] path in the "
+                "config; the recall tool reads removed results from it"
+            )
+        recall_spec = recall_tool(self.store, namespace=self.controller.store_namespace)
+        if recall_spec.name in self.tools:
+            raise UserError(
+                f"a tool is already named {recall_spec.name!r}; with recall=True the agent "
+                "adds its own: rename yours or drop recall=True"
+            )
+        self.tools[recall_spec.name] = recall_spec
+
+    # -- construction -------------------------------------------------------------------------
+
+    @classmethod
+    def with_strategy(
+        cls,
+        llm: LLM,
+        strategy: CompactionStrategy | None = None,
+        /,
+        *,
+        tools: Iterable[ToolLike] = (),
+        system_prompt: str | None = None,
+        max_steps: int = DEFAULT_MAX_STEPS,
+        max_tokens: int | None = None,
+        tool_result_truncation: ToolResultTruncation | None = None,
+        on_event: Callable[[CompactionEvent], object] | None = None,
+        recall: bool = False,
+        **strategy_options: Unpack[StrategyOptions],
+    ) -> Agent:
+        """An agent whose controller runs ``strategy`` (``None``: ``LLMSummary`` with
+        ``llm``) with the :class:`StrategyOptions` given (window 128,000 and reserve 50,000
+        unless given). The other keywords are the agent's own, as in :class:`Agent`.
+
+        Raises:
+            UserError: ``recall`` without ``store``, ``recall_placeholder`` without
+                ``recall``, two tools of one name.
+            ConfigError: Limits that do not fit.
+
+        Example:
+            >>> from ctxcompact.strategies import ToolResultHiding
+            >>> from ctxcompact.testing import ScriptedLLM
+            >>> agent = Agent.with_strategy(ScriptedLLM(), ToolResultHiding(),
+            ...                             max_context_size=32_000, reserved_context_size=4_000)
+            >>> agent.controller.max_context_size
+            32000
+        """
+        controller = _short_form_controller(llm, strategy, recall=recall, **strategy_options)
+        return cls(
+            llm,
+            controller,
+            tools=tools,
+            system_prompt=system_prompt,
+            max_steps=max_steps,
+            max_tokens=max_tokens,
+            tool_result_truncation=tool_result_truncation,
+            on_event=on_event,
+            recall=recall,
+        )
 
     @classmethod
     def from_config(
         cls,
-        path: str | Path,
+        config: ConfigSource,
         *,
         llm: LLM | None = None,
         tools: Iterable[ToolLike] = (),
         on_event: Callable[[CompactionEvent], object] | None = None,
     ) -> Agent:
-        """An agent configured by a TOML file (``[agent]``, ``[compaction]``...).
+        """An agent configured by a TOML file, or a loaded :class:`~ctxcompact.Config`
+        (``[agent]``, ``[compaction]``...), built by :func:`ctxcompact.wire`.
 
         The model is ``llm`` when given, else built from ``[agent.llm]`` or, failing that,
         ``[compaction.llm]``. The strategy named by ``[compaction] strategy`` is loaded with
@@ -247,18 +318,17 @@ class Agent:
             ConfigError: The file is invalid, or no LLM is given or configured.
             StrategyLoadError: The strategy cannot be loaded.
         """
-        config = load_config(path)
         wiring = wire(config, llm=llm, agent=True, build_store=True)
         assert wiring.agent_llm is not None  # wire(agent=True) finds one or raises
-        truncation = config.tool_result_truncation
+        settings = wiring.config.agent
         agent = cls(
             wiring.agent_llm,
+            wiring.controller(),
             tools=tools,
-            system_prompt=config.agent.system_prompt,
-            max_steps=config.agent.max_steps,
-            tool_result_truncation=truncation.build() if truncation.enabled else None,
+            system_prompt=settings.system_prompt,
+            max_steps=settings.max_steps,
+            tool_result_truncation=wiring.arrival_truncation,
             on_event=on_event,
-            controller=CompactionController.from_wiring(wiring),
             recall=wiring.recall,
         )
         agent._owned = list(wiring.owned)
@@ -455,3 +525,18 @@ def _cancelled(call: ToolCall) -> Message:
     return _error_result(
         call, f"{ERROR_PREFIX}the call to {call.name!r} was cancelled before it finished"
     )
+
+
+def _refuse_beside(
+    controller: CompactionController,
+    strategy: CompactionStrategy | None,
+    options: StrategyOptions,
+) -> None:
+    """A ready controller has its strategy and limits: refuse them given again."""
+    clash = ["compaction"] if strategy is not None else []
+    clash += [k for k, v in options.items() if v is not None and (k != "transforms" or v)]
+    if clash:
+        raise UserError(
+            f"pass either controller= or {', '.join(clash)}, not both: the controller "
+            "already has its strategy and limits"
+        )

@@ -6,6 +6,14 @@ gives a :class:`CompactionResult`, :meth:`~CompactionController.prepare` a
 conversation accumulates between calls (the running token count, the loop guards) lives in a
 :class:`ControllerState`; the controller keeps one for the single-conversation case, and
 callers serving many conversations at once (the proxy) pass their own.
+
+The engine receives ready objects: this module imports nothing from the configuration nor
+from the composition root (:mod:`ctxcompact._wiring`, a layer above; an import-linter
+contract in ``pyproject.toml`` keeps it so). :meth:`CompactionController.from_config` stays
+the public way to build one from a config or a path: it calls the builder the composition
+root hands over with :func:`use_config_builder` when it is imported, which ``import
+ctxcompact`` always does. The root depends on the engine, never the reverse; the engine only
+knows that *some* builder may be installed.
 """
 
 from __future__ import annotations
@@ -13,7 +21,8 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
 
 from .._contract.protocols import CompactionContext, CompactionStrategy
 from .._defaults import (
@@ -23,8 +32,7 @@ from .._defaults import (
     TRIGGER_RATIO_RANGE,
 )
 from .._tokens.counters import HeuristicTokenCounter, TokenCounter
-from .._wiring import Wiring, wire
-from ..exceptions import ConfigError, CtxCompactError, LLMUnavailableError, UserError
+from ..exceptions import ConfigError, LLMUnavailableError, UserError
 from ..llm._breaker import LLMOutages, watch_outages
 from ..store._records import DEFAULT_NAMESPACE
 from .events import (
@@ -38,15 +46,16 @@ from .events import (
     same_messages,
     strategy_name,
 )
+from .problems import Problem, describe_error
 from .running_count import RunningCount
 from .store_hook import ProducedMessages, StoreHook
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-    from .._config.config import Config
     from .._contract.protocols import LLM, ToolSpec, Usage
     from .._history.messages import Message
+    from ..llm._breaker import OutageStatus
     from ..store._records import OriginalsStore
 
 __all__ = [
@@ -58,11 +67,41 @@ __all__ = [
     "PreparedRequest",
     "Step",
     "Trigger",
+    "use_config_builder",
 ]
 
 logger = logging.getLogger("ctxcompact.controller")
 
 EventCallback = Callable[[CompactionEvent], object]
+
+
+class ConfigBuilder(Protocol):
+    """Builds a controller of class ``cls`` from a config or a path, with
+    :meth:`CompactionController.from_config`'s options."""
+
+    def __call__(
+        self,
+        cls: type[CompactionController],
+        config: object,
+        /,
+        *,
+        strategy: CompactionStrategy | None,
+        llm: LLM | None,
+        token_counter: TokenCounter | None,
+        dependencies: Mapping[type, object] | None,
+        on_event: EventCallback | None,
+        max_context_size: int | None,
+    ) -> CompactionController: ...
+
+
+_config_builder: ConfigBuilder | None = None
+
+
+def use_config_builder(build: ConfigBuilder) -> None:
+    """Install what :meth:`CompactionController.from_config` calls. The composition root
+    (:mod:`ctxcompact._wiring`) does, when it is imported."""
+    global _config_builder
+    _config_builder = build
 
 
 class ControllerState:
@@ -143,7 +182,7 @@ class CompactionController:
         store: An originals store (:mod:`ctxcompact.store`): every message a compaction or
             a transform removes from what the model sees is recorded there, by tool-call id.
             A store failure never blocks a rewrite: it is logged at WARNING and reported in
-            ``CompactionResult.store_error`` / ``PreparedRequest.store_error``.
+            ``CompactionResult.store_problem`` / ``PreparedRequest.store_problem``.
         store_namespace: Whose originals these are in the store.
         recall_placeholder: With a store, a template (``{tool_call_id}``, ``{tool_name}``)
             that every hidden or masked tool result shows instead of the strategy's own
@@ -243,33 +282,9 @@ class CompactionController:
         self.recall_placeholder = recall_placeholder
 
     @classmethod
-    def from_wiring(
-        cls, wiring: Wiring, *, on_event: EventCallback | None = None
-    ) -> CompactionController:
-        """A controller from parts :func:`ctxcompact.wire` built from a config."""
-        return cls(
-            wiring.strategy,
-            max_context_size=wiring.max_context_size,
-            reserved_context_size=wiring.reserved_context_size,
-            trigger_ratio=wiring.trigger_ratio,
-            max_messages=wiring.max_messages,
-            token_counter=wiring.counter,
-            llm=wiring.llm,
-            transforms=wiring.transforms,
-            on_event=on_event,
-            min_progress=wiring.min_progress,
-            max_failures=wiring.max_failures,
-            store=wiring.store,
-            recall_placeholder=(
-                wiring.recall_placeholder if wiring.recall and wiring.store is not None else None
-            ),
-            cache_ttl=wiring.config.compaction.cache_ttl,
-        )
-
-    @classmethod
     def from_config(
         cls,
-        config: Config,
+        config: object,
         *,
         strategy: CompactionStrategy | None = None,
         llm: LLM | None = None,
@@ -278,7 +293,8 @@ class CompactionController:
         on_event: EventCallback | None = None,
         max_context_size: int | None = None,
     ) -> CompactionController:
-        """A controller built from a loaded :class:`~ctxcompact.Config` by :func:`wire`.
+        """A controller built by :func:`ctxcompact.wire` from a :class:`~ctxcompact.Config`
+        or the path of a TOML file.
 
         The strategy is ``[compaction] strategy`` loaded with ``[compaction.params]`` (unless
         ``strategy`` is given), offered the LLM (``llm``, else one built from
@@ -288,21 +304,36 @@ class CompactionController:
         With a ``[store]`` table, ``controller.store`` is the store it opened: close it
         (``controller.store.close()``) when done.
 
+        Args:
+            config: A :class:`~ctxcompact.Config`, or the path of a TOML file (``str`` or
+                ``os.PathLike``). Typed ``object`` because the engine does not import the
+                configuration (see the module docstring).
+            strategy: Use this object instead of loading ``[compaction] strategy``.
+            llm: The summarizer, instead of building ``[compaction.llm]``.
+            token_counter: Instead of ``[token_counting]``'s.
+            dependencies: More objects offered to the strategy's constructor, by type.
+            on_event: Called with every event.
+            max_context_size: Overrides ``[compaction] max_context_size``.
+
         Raises:
-            ConfigError: No window in the config nor in the call, or limits that do not fit
-                it (the error names the file and the ``compaction.`` key).
+            ConfigError: The file cannot be read, no window in the config nor in the call,
+                or limits that do not fit it (the error names the file and the
+                ``compaction.`` key).
             StrategyLoadError: The strategy cannot be loaded.
+            UserError: ``config`` is neither a config nor a path.
         """
-        wiring = wire(
+        if _config_builder is None:  # only while ctxcompact itself is being imported
+            raise UserError("CompactionController.from_config: import ctxcompact first")
+        return _config_builder(
+            cls,
             config,
             strategy=strategy,
             llm=llm,
             token_counter=token_counter,
             dependencies=dependencies,
+            on_event=on_event,
             max_context_size=max_context_size,
-            build_store=True,
         )
-        return cls.from_wiring(wiring, on_event=on_event)
 
     def __repr__(self) -> str:
         return (
@@ -374,11 +405,27 @@ class CompactionController:
         nothing changed (not triggered, skipped, no-op, rejected, failed), otherwise a new
         list, and the event when the trigger fired. ``reserved_context_size`` overrides the
         controller's for this call (the proxy reserves the request's own ``max_tokens``).
+
+        Three steps: :meth:`_decide` whether to run, :meth:`_run` the strategy, then
+        :meth:`_accept` its output or not.
         """
         st = state or self.state
         reserved = (
             self.reserved_context_size if reserved_context_size is None else reserved_context_size
         )
+        attempt = self._decide(history, st, force=force, reserved=reserved)
+        if isinstance(attempt, CompactionResult):
+            return attempt
+        ran = await self._run(attempt, tools)
+        if isinstance(ran, CompactionResult):
+            return ran
+        return self._accept(attempt, ran)
+
+    def _decide(
+        self, history: Sequence[Message], st: ControllerState, *, force: bool, reserved: int
+    ) -> _Attempt | CompactionResult:
+        """The attempt to make, or the result when no run is due (no trigger, an open
+        circuit, a history that has not grown enough since a run that saved too little)."""
         tokens = self.token_count(history, state=st)
         trigger: Trigger | None = (
             "forced" if force else self._trigger(tokens, len(history), reserved)
@@ -388,43 +435,42 @@ class CompactionController:
             st.last_call = None  # one cold run per idle period, whatever it does
         if trigger is None:
             return CompactionResult(history)
-        n = len(history)
         name = strategy_name(self.strategy)
         estimate = st.count.estimate(history, self.token_counter)
-
-        outages = LLMOutages()
-
-        def unchanged(
-            status: EventStatus, error: str | None, duration: float = 0.0
-        ) -> CompactionResult:
-            event = CompactionEvent(
-                name, trigger, status, tokens, tokens, n, n, duration, error, 0, outages.status
-            )
-            self._emit(event, st)
-            return CompactionResult(history, event)
-
+        attempt = _Attempt(history, st, trigger, tokens, estimate, reserved, name)
         if not force and st.failures >= self.max_failures:
-            return unchanged(
+            circuit = Problem.fixed(
                 "circuit_open",
                 f"circuit open after {st.failures} consecutive failures; "
                 "only a forced compaction runs (or reset())",
+                source=name,
+                count=st.failures,
             )
+            return self._unchanged(attempt, "circuit_open", (circuit,))
         if trigger != "cold" and not force and st.retry_at is not None and estimate < st.retry_at:
-            return unchanged(
-                "skipped",
+            waiting = Problem.fixed(
+                "waiting",
                 f"the last run saved less than {self.min_progress:.0%}; waiting "
                 f"until the history grows to ~{st.retry_at} estimated tokens",
+                source=name,
             )
+            return self._unchanged(attempt, "skipped", (waiting,))
+        return attempt
 
+    async def _run(
+        self, attempt: _Attempt, tools: Sequence[ToolSpec] | None
+    ) -> _Output | CompactionResult:
+        """Run the strategy on a copy of the history; when it raises, the ``failed`` result."""
         ctx = CompactionContext(
-            history=tuple(history),  # a copy: a faulty strategy cannot mutate the caller's list
-            token_count=tokens,
+            history=tuple(attempt.history),  # a copy: a faulty strategy cannot mutate it
+            token_count=attempt.tokens,
             max_context_size=self.max_context_size,
-            reserved_context_size=reserved,
+            reserved_context_size=attempt.reserved,
             llm=self.llm,
             token_counter=self.token_counter,
             tools=tools,
         )
+        outages = LLMOutages()
         start = time.perf_counter()
         try:
             with watch_outages() as outages:
@@ -433,39 +479,48 @@ class CompactionController:
             # A refusal by the summarizer's open breaker is the breaker's to count: counted
             # here too, it would open this conversation's circuit, which no recovery closes.
             if not isinstance(exc, LLMUnavailableError):
-                st.failures += 1
-            logger.debug("strategy %s raised", name, exc_info=True)
-            note = self._circuit_note(st)
-            return unchanged("failed", describe_error(exc) + note, time.perf_counter() - start)
-        duration = time.perf_counter() - start
+                attempt.state.failures += 1
+            logger.debug("strategy %s raised", attempt.name, exc_info=True)
+            raised = Problem.raised("strategy_raised", exc, source=attempt.name)
+            problems = (raised, *self._circuit_opened(attempt))
+            duration = time.perf_counter() - start
+            return self._unchanged(attempt, "failed", problems, duration, outages.status)
+        return _Output(output, time.perf_counter() - start, outages.status)
 
+    def _accept(self, attempt: _Attempt, ran: _Output) -> CompactionResult:
+        """Keep the strategy's output when it is valid and worth it; record what was removed."""
+        history, st, estimate, name = attempt.history, attempt.state, attempt.estimate, attempt.name
+        output, duration, outage = ran.output, ran.duration, ran.outage
         if output is None or same_messages(output, history):
             st.failures = 0
-            if trigger != "cold":
+            if attempt.trigger != "cold":
                 st.retry_at = int(estimate * (1 + self.min_progress))
-            return unchanged("noop", None, duration)
+            return self._unchanged(attempt, "noop", (), duration, outage)
         reason = rejection(history, output)
         if reason is not None:
             st.failures += 1
-            return unchanged("rejected", reason + self._circuit_note(st), duration)
-        if trigger == "cold" and estimate:
+            logger.debug("strategy %s output rejected: %s", name, reason)
+            rejected = Problem.fixed("output_rejected", reason, source=name)
+            problems = (rejected, *self._circuit_opened(attempt))
+            return self._unchanged(attempt, "rejected", problems, duration, outage)
+        if attempt.trigger == "cold" and estimate:
             freed = 1 - self.token_counter.count(output) / estimate
             if freed < self.min_progress:
                 st.failures = 0
                 note = f"cold cache: would save {freed:.0%}, below min_progress"
-                return unchanged("noop", note, duration)
-
+                cold = Problem.fixed("too_little_saved", note, source=name)
+                return self._unchanged(attempt, "noop", (cold,), duration, outage)
         result = list(output)
-        store_error: str | None = None
+        store_problem: Problem | None = None
         if self._store_hook is not None:  # after `duration`: recording is not the strategy's
-            result, store_error = self._store_hook.keep(
+            result, store_problem = self._store_hook.keep(
                 history, result, st.produced, namespace=st.namespace
             )
             if same_messages(result, history):  # only recall placeholders hidden again
                 st.failures = 0
                 st.retry_at = int(estimate * (1 + self.min_progress))
-                noop = unchanged("noop", None, duration)
-                return CompactionResult(history, noop.event, store_error)
+                noop = self._unchanged(attempt, "noop", (), duration, outage)
+                return CompactionResult(history, noop.event, store_problem)
             st.produced.add(history, result)
         st.failures = 0
         # The new history is estimated (the old usage no longer applies), reusing the
@@ -478,22 +533,26 @@ class CompactionController:
         rewritten = sum(1 for m in history if id(m) not in kept)
         # tokens_before may be the provider's count; state the result in the same units
         # (the estimate scaled by the provider's ratio), so before - after is the saving.
+        tokens = attempt.tokens
         reported = round(after * tokens / estimate) if estimate and tokens != estimate else after
-        event = CompactionEvent(
-            name,
-            trigger,
-            "compacted",
-            tokens,
-            reported,
-            n,
-            len(result),
-            duration,
-            None,
-            rewritten,
-            outages.status,
+        event = attempt.event(
+            "compacted", duration, (), outage, after=(reported, len(result)), rewritten=rewritten
         )
         self._emit(event, st)
-        return CompactionResult(result, event, store_error)
+        return CompactionResult(result, event, store_problem)
+
+    def _unchanged(
+        self,
+        attempt: _Attempt,
+        status: EventStatus,
+        problems: tuple[Problem, ...],
+        duration: float = 0.0,
+        outage: OutageStatus | None = None,
+    ) -> CompactionResult:
+        """The result that keeps the history as it was, after emitting its event."""
+        event = attempt.event(status, duration, problems, outage)
+        self._emit(event, attempt.state)
+        return CompactionResult(attempt.history, event)
 
     async def maybe_compact(
         self,
@@ -511,10 +570,13 @@ class CompactionController:
         ttl, last = self.cache_ttl, state.last_call
         return ttl is not None and last is not None and self.clock() - last > ttl
 
-    def _circuit_note(self, state: ControllerState) -> str:
-        if state.failures >= self.max_failures:
-            return f"; circuit now open after {state.failures} consecutive failures"
-        return ""
+    def _circuit_opened(self, attempt: _Attempt) -> tuple[Problem, ...]:
+        """``circuit_open`` when this failure opened the circuit, else nothing."""
+        failures = attempt.state.failures
+        if failures < self.max_failures:
+            return ()
+        note = f"circuit now open after {failures} consecutive failures"
+        return (Problem.fixed("circuit_open", note, source=attempt.name, count=failures),)
 
     def reset(self, *, state: ControllerState | None = None) -> None:
         """Close the circuit, drop the min-progress wait and forget counts and usage."""
@@ -558,7 +620,7 @@ class CompactionController:
         if not self.transforms:
             return PreparedRequest(list(current))
         tokens = self.token_count(history, state=state)
-        skipped: list[str] = []
+        skipped: list[Problem] = []
         for transform in self.transforms:
             name = strategy_name(transform)
             ctx = CompactionContext(
@@ -574,25 +636,30 @@ class CompactionController:
                 output = await transform.compact(ctx)
             except Exception as exc:
                 logger.debug("transform %s raised", name, exc_info=True)
-                skipped.append(f"{name} raised {describe_error(exc)}")
-                logger.warning("transform %s, skipped", skipped[-1])
+                message = f"{name} raised {describe_error(exc)}"
+                skipped.append(
+                    Problem.raised("transform_raised", exc, source=name, message=message)
+                )
+                logger.warning("%s, skipped", skipped[-1].shown)
                 continue
             if output is None or same_messages(output, current):
                 continue
             reason = rejection(current, output)
             if reason is not None:
-                skipped.append(f"{name} output rejected: {reason}")
-                logger.warning("transform %s, skipped", skipped[-1])
+                message = f"{name} output rejected: {reason}"
+                skipped.append(Problem.fixed("transform_rejected", message, source=name))
+                logger.warning("%s, skipped", skipped[-1].shown)
+                logger.debug("transform %s output rejected: %s", name, reason)
                 continue
             current = list(output)
             tokens = self.token_counter.count(current)
-        store_error: str | None = None
+        store_problem: Problem | None = None
         if self._store_hook is not None and current is not history:
             st = state or self.state
-            current, store_error = self._store_hook.keep(
+            current, store_problem = self._store_hook.keep(
                 history, list(current), st.produced, namespace=st.namespace
             )
-        return PreparedRequest(list(current), tuple(skipped), store_error)
+        return PreparedRequest(list(current), tuple(skipped), store_problem)
 
     async def prepare_request(
         self, history: Sequence[Message], *, max_output_tokens: int | None = None
@@ -627,18 +694,56 @@ class CompactionController:
             result.history, max_output_tokens=max_output_tokens, state=state
         )
         (state or self.state).last_call = self.clock()  # the call this step prepares
-        store_errors = tuple(e for e in (result.store_error, prepared.store_error) if e)
-        return Step(result.history, prepared.messages, result.event, prepared.skipped, store_errors)
+        stored = tuple(p for p in (result.store_problem, prepared.store_problem) if p is not None)
+        return Step(
+            result.history, prepared.messages, result.event, prepared.transform_problems, stored
+        )
 
 
-def describe_error(exc: BaseException) -> str:
-    """An exception for logs, events and headers without leaking message content.
+@dataclass(frozen=True, slots=True)
+class _Attempt:
+    """A run :meth:`CompactionController.compact` decided to make."""
 
-    ctxcompact's own errors carry text it wrote (no message content), kept to 200
-    characters; any other exception (a third-party strategy may build its message from the
-    history) is named by its type only. The full text is logged at DEBUG.
-    """
-    if isinstance(exc, CtxCompactError):
-        text = " ".join(str(exc).split())
-        return f"{type(exc).__name__}: {text[:200]}"
-    return f"{type(exc).__name__} (message withheld; enable DEBUG logging to see it)"
+    history: Sequence[Message]
+    state: ControllerState
+    trigger: Trigger
+    tokens: int  # the count the trigger saw (the provider's, when it gave one)
+    estimate: int  # the counter's estimate of the same history
+    reserved: int
+    name: str  # the strategy's
+
+    def event(
+        self,
+        status: EventStatus,
+        duration: float,
+        problems: tuple[Problem, ...],
+        outage: OutageStatus | None,
+        *,
+        after: tuple[int, int] | None = None,
+        rewritten: int = 0,
+    ) -> CompactionEvent:
+        """The attempt's event; ``after`` is the result's (tokens, messages) when it changed."""
+        n = len(self.history)
+        tokens_after, messages_after = after or (self.tokens, n)
+        return CompactionEvent(
+            self.name,
+            self.trigger,
+            status,
+            self.tokens,
+            tokens_after,
+            n,
+            messages_after,
+            duration,
+            problems,
+            rewritten,
+            outage,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class _Output:
+    """What the strategy returned, how long it took and what its model calls met."""
+
+    output: Sequence[Message] | None
+    duration: float
+    outage: OutageStatus | None

@@ -12,6 +12,7 @@ from .._history.validate import check_history
 
 if TYPE_CHECKING:
     from ..llm._breaker import OutageStatus
+    from .problems import Problem
 
 __all__ = [
     "CompactionEvent",
@@ -49,7 +50,9 @@ class CompactionEvent:
         messages_before: Length of the input history.
         messages_after: Length of the result.
         duration_s: Time spent in the strategy.
-        error: Why it was rejected, failed, skipped or not run.
+        problems: Why it was rejected, failed, skipped or not run, as fields
+            (:class:`~ctxcompact.Problem`): the run's own problem, then ``circuit_open`` when
+            this failure opened the circuit. Empty when it compacted or found nothing to do.
         messages_rewritten: Input messages not kept as they were (dropped, summarized,
             masked or truncated); non-zero is logged as a warning.
         summarizer: What the run's model calls met, when a circuit breaker saw it
@@ -71,11 +74,25 @@ class CompactionEvent:
     messages_before: int
     messages_after: int
     duration_s: float
-    error: str | None = None
+    problems: tuple[Problem, ...] = ()
     messages_rewritten: int = 0
     summarizer: OutageStatus | None = None
 
+    @property
+    def problem(self) -> Problem | None:
+        """The run's own problem (the first of :attr:`problems`), or ``None``."""
+        return self.problems[0] if self.problems else None
+
+    @property
+    def error(self) -> str | None:
+        """The problems as one sentence (``None`` when there is none): ctxcompact's own error
+        messages in full, a third-party exception by its type name only. Decide on
+        :attr:`problems`, never on this text."""
+        return "; ".join(p.message for p in self.problems) or None
+
     def __str__(self) -> str:
+        """The event as log lines show it: counts and the problems' fields, no exception
+        message (:attr:`error` has those)."""
         text = (
             f"compaction {self.status} by {self.strategy} ({self.trigger}): "
             f"{self.messages_before} -> {self.messages_after} messages, "
@@ -85,7 +102,8 @@ class CompactionEvent:
             text += f"; {self.messages_rewritten} messages dropped or rewritten"
         if self.summarizer is not None:
             text += f"; summarizer {self.summarizer}"
-        return f"{text}; {self.error}" if self.error else text
+        shown = "; ".join(p.shown for p in self.problems)
+        return f"{text}; {shown}" if shown else text
 
 
 def strategy_name(strategy: object) -> str:
@@ -133,8 +151,8 @@ class CompactionResult:
         history: The history to keep: the input object itself when nothing changed, else a
             new list.
         event: The event, or ``None`` when the trigger did not fire.
-        store_error: Why the removed originals could not be stored, when an attached store
-            failed (the compaction stands; no message content in it).
+        store_problem: Why the removed originals could not be stored, when an attached store
+            failed (the compaction stands); :attr:`store_error` says it in words.
 
     Example:
         >>> CompactionResult([]).changed
@@ -143,7 +161,12 @@ class CompactionResult:
 
     history: Sequence[Message]
     event: CompactionEvent | None = None
-    store_error: str | None = None
+    store_problem: Problem | None = None
+
+    @property
+    def store_error(self) -> str | None:
+        """:attr:`store_problem` in words (no message content), or ``None``."""
+        return None if self.store_problem is None else self.store_problem.message
 
     @property
     def changed(self) -> bool:
@@ -157,10 +180,11 @@ class PreparedRequest:
 
     Attributes:
         messages: What to send (the stored history is not touched).
-        skipped: One line per transform that raised or broke tool-call pairing and was left
-            out of this request (the others still applied). No message content in them.
-        store_error: Why what the transforms removed could not be stored, when an attached
-            store failed (the request is sent anyway; no message content in it).
+        transform_problems: One per transform that raised or broke tool-call pairing and was
+            left out of this request (the others still applied); :attr:`skipped` says them
+            in words.
+        store_problem: Why what the transforms removed could not be stored, when an attached
+            store failed (the request is sent anyway); :attr:`store_error` in words.
 
     Example:
         >>> PreparedRequest([]).skipped
@@ -168,8 +192,19 @@ class PreparedRequest:
     """
 
     messages: list[Message]
-    skipped: tuple[str, ...] = ()
-    store_error: str | None = None
+    transform_problems: tuple[Problem, ...] = ()
+    store_problem: Problem | None = None
+
+    @property
+    def skipped(self) -> tuple[str, ...]:
+        """One line per transform left out (``"name raised KeyError (...)"``), no message
+        content in them."""
+        return tuple(p.message for p in self.transform_problems)
+
+    @property
+    def store_error(self) -> str | None:
+        """:attr:`store_problem` in words (no message content), or ``None``."""
+        return None if self.store_problem is None else self.store_problem.message
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,9 +217,10 @@ class Step:
         history: The stored history from now on (compacted or the input object itself).
         request: The messages to send.
         event: The compaction event, when the trigger fired.
-        skipped: Transforms left out of this request (see :class:`PreparedRequest`).
-        store_errors: Failures of an attached originals store, from the compaction and from
-            the transforms (each stands; no message content in them).
+        transform_problems: Transforms left out of this request (see
+            :class:`PreparedRequest`); :attr:`skipped` in words.
+        store_problems: Failures of an attached originals store, from the compaction and
+            from the transforms (each rewrite stands); :attr:`store_errors` in words.
 
     Example:
         >>> Step([], []).compacted
@@ -194,8 +230,18 @@ class Step:
     history: Sequence[Message]
     request: list[Message]
     event: CompactionEvent | None = None
-    skipped: tuple[str, ...] = ()
-    store_errors: tuple[str, ...] = ()
+    transform_problems: tuple[Problem, ...] = ()
+    store_problems: tuple[Problem, ...] = ()
+
+    @property
+    def skipped(self) -> tuple[str, ...]:
+        """The transforms left out, in words (see :attr:`PreparedRequest.skipped`)."""
+        return tuple(p.message for p in self.transform_problems)
+
+    @property
+    def store_errors(self) -> tuple[str, ...]:
+        """:attr:`store_problems` in words (no message content)."""
+        return tuple(p.message for p in self.store_problems)
 
     @property
     def compacted(self) -> bool:

@@ -17,9 +17,10 @@ exceptions keep the rewrite honest:
   the real original; a recall placeholder that a strategy hid again is put back, so the
   placeholder text stays stable call after call.
 
-A store failure never blocks the rewrite: it is returned as text without message content (the
-controller logs it and reports it in the result), and placeholders then keep the strategy's
-own text, since nothing could be recalled.
+A store failure never blocks the rewrite: it is returned as a
+:class:`~ctxcompact.Problem` (``store_failed``; the controller reports it in the result and it
+is logged at WARNING by its fields), and placeholders then keep the strategy's own text, since
+nothing could be recalled.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ import logging
 import weakref
 from typing import TYPE_CHECKING
 
-from ..exceptions import ConfigError, CtxCompactError
+from ..exceptions import ConfigError
 from ..kit import (
     HIDDEN_PLACEHOLDER,
     KLIP13_PLACEHOLDER,
@@ -39,6 +40,7 @@ from ..kit import (
 from ..store._recall import DEFAULT_RECALL_TEMPLATE, RECALL_TOOL_NAME, recall_placeholder
 from ..store._records import StoredOriginal
 from ..store._removed import removed_originals
+from .problems import Problem, describe_error
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -165,7 +167,7 @@ class StoreHook:
         produced: ProducedMessages,
         *,
         namespace: str | None = None,
-    ) -> tuple[list[Message], str | None]:
+    ) -> tuple[list[Message], Problem | None]:
         """Record what ``after`` removed from ``before``; the history to use and the failure.
 
         ``namespace`` overrides the hook's for this call (one conversation of many).
@@ -226,7 +228,7 @@ class StoreHook:
                 unrecordable = unrecordable or exc
                 if j is not None:
                     rendered.pop(j, None)  # not stored: the model must not be told to recall it
-        error: str | None = None
+        error: Problem | None = None
         if records:
             try:
                 self.store.put(*records)
@@ -254,18 +256,19 @@ class StoreHook:
             and RECALL_TOOL_NAME not in replacement.text
         )
 
-    def _failed(self, exc: BaseException, records: int = 0) -> str:
-        """The failure in words without content; logged once at WARNING."""
+    def _failed(self, exc: BaseException, records: int = 0) -> Problem:
+        """The failure as a problem; logged once at WARNING by its fields."""
         name = type(self.store).__name__
         what = f"{records} removed original(s)" if records else "the removed originals"
-        if isinstance(exc, CtxCompactError):  # StoreError: text a store wrote about itself
-            reason = f"{type(exc).__name__}: {' '.join(str(exc).split())[:200]}"
-        else:
-            # Any other message may quote what the store was given: name the type only.
-            reason = f"{type(exc).__name__} (message withheld; enable DEBUG logging to see it)"
-        text = f"{name} could not keep {what}: {reason}"
-        logger.warning("originals store failed, the rewrite stands: %s", text)
-        return text
+        # A StoreError's text is the store's own about itself; any other message may quote
+        # what the store was given, so it is named by its type only (describe_error).
+        message = f"{name} could not keep {what}: {describe_error(exc)}"
+        problem = Problem.raised(
+            "store_failed", exc, source=name, message=message, count=records or None
+        )
+        logger.warning("originals store failed, the rewrite stands: %s", problem.shown)
+        logger.debug("originals store failure: %s", problem.explained)
+        return problem
 
 
 def store_cut_results(

@@ -37,13 +37,33 @@ from pydantic.errors import PydanticSchemaGenerationError
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
+    from ..exceptions import StrategyLoadReason
+
 __all__ = ["ParamInfo", "SignatureError", "StrategySignature", "inspect_class"]
 
 _EMPTY = inspect.Parameter.empty
 
 
 class SignatureError(Exception):
-    """Why a class cannot be built from the given dependencies and params (the loader wraps it)."""
+    """Why a class cannot be built from the given dependencies and params (the loader wraps
+    it in a :class:`~ctxcompact.exceptions.StrategyLoadError` with the same fields).
+
+    Attributes:
+        reason: ``missing_dependency``, ``bad_params``, ``not_a_strategy`` or
+            ``bad_signature`` (the class or its annotations cannot be used).
+        choices: The accepted params, for ``bad_params``.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        reason: StrategyLoadReason = "bad_signature",
+        choices: tuple[str, ...] = (),
+    ) -> None:
+        super().__init__(message)
+        self.reason: StrategyLoadReason = reason
+        self.choices = choices
 
 
 @dataclass(frozen=True)
@@ -125,7 +145,8 @@ class StrategySignature:
                 raise SignatureError(
                     f"missing dependency: parameter {param.name!r} of {self.owner}() needs "
                     f"{param.text or 'a value (it has no annotation)'}, and no dependency "
-                    f"matches it (dependencies given: {given})"
+                    f"matches it (dependencies given: {given})",
+                    reason="missing_dependency",
                 )
         return args
 
@@ -171,7 +192,9 @@ class StrategySignature:
         if problems:
             raise SignatureError(
                 f"bad params for {self.owner}(): {'; '.join(problems)}. "
-                f"Accepted params: {self._accepted()}"
+                f"Accepted params: {self._accepted()}",
+                reason="bad_params",
+                choices=tuple(p.name for p in self.keyword),
             )
         return kwargs
 

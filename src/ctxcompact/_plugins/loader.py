@@ -94,7 +94,9 @@ def load_strategy(
     """
     entry_point = _entry_point(spec)
     if params is not None and not isinstance(params, Mapping):
-        raise StrategyLoadError(spec, f"params must be a mapping, not {type(params).__name__}")
+        raise StrategyLoadError(
+            spec, f"params must be a mapping, not {type(params).__name__}", reason="bad_params"
+        )
     cls = _load_class(spec, entry_point)
     try:
         signature = inspect_class(cls, extra_names=_type_names(dependencies))
@@ -104,17 +106,21 @@ def load_strategy(
         if signature.offer is not None:
             kwargs[signature.offer] = Dependencies(dependencies)
     except SignatureError as exc:
-        raise StrategyLoadError(spec, str(exc)) from exc.__cause__
+        raise StrategyLoadError(
+            spec, str(exc), reason=exc.reason, choices=exc.choices
+        ) from exc.__cause__
     try:
         instance = cls(*args, **kwargs)
     except Exception as exc:
         raise StrategyLoadError(
-            spec, f"{_target(entry_point)}(...) raised {_describe(exc)}"
+            spec,
+            f"{_target(entry_point)}(...) raised {_describe(exc)}",
+            reason="constructor_raised",
         ) from exc
     try:
         _check_compact(instance)
     except SignatureError as exc:
-        raise StrategyLoadError(spec, f"the instance {exc}") from None
+        raise StrategyLoadError(spec, f"the instance {exc}", reason=exc.reason) from None
     strategy: CompactionStrategy = instance
     return strategy
 
@@ -188,10 +194,14 @@ def spec_problem(spec: str) -> str | None:
 
 def _entry_point(spec: str) -> EntryPoint:
     if not isinstance(spec, str):
-        raise StrategyLoadError(repr(spec), f"a spec must be a string, not {type(spec).__name__}")
+        raise StrategyLoadError(
+            repr(spec),
+            f"a spec must be a string, not {type(spec).__name__}",
+            reason="malformed_spec",
+        )
     problem = spec_problem(spec)
     if problem is not None:
-        raise StrategyLoadError(spec, problem)
+        raise StrategyLoadError(spec, problem, reason="malformed_spec")
     if ":" in spec:
         # A module:attr spec becomes an entry point too, so both kinds load the same way.
         return EntryPoint(name=spec, value=spec, group=ENTRY_POINT_GROUP)
@@ -203,7 +213,10 @@ def _named_entry_point(spec: str) -> EntryPoint:
     targets = sorted({ep.value for ep in matches})
     if len(targets) > 1:
         raise StrategyLoadError(
-            spec, f"the name is registered more than once, for {', '.join(targets)}"
+            spec,
+            f"the name is registered more than once, for {', '.join(targets)}",
+            reason="ambiguous_name",
+            choices=tuple(targets),
         )
     if matches:
         return matches[0]
@@ -219,6 +232,8 @@ def _named_entry_point(spec: str) -> EntryPoint:
         spec,
         f"no strategy named {spec!r} in entry-point group {ENTRY_POINT_GROUP!r}{hint}; "
         f"registered: {', '.join(names) or '(none)'}",
+        reason="unknown_name",
+        choices=tuple(names),
     )
 
 
@@ -226,7 +241,9 @@ def _load_class(spec: str, entry_point: EntryPoint) -> type:
     module_name, attr = entry_point.module, entry_point.attr
     if not attr:
         raise StrategyLoadError(
-            spec, f"entry point {entry_point.value!r} names a module, not 'module:ClassName'"
+            spec,
+            f"entry point {entry_point.value!r} names a module, not 'module:ClassName'",
+            reason="not_a_class",
         )
     module = _import(spec, module_name)
     obj: object = module
@@ -235,17 +252,25 @@ def _load_class(spec: str, entry_point: EntryPoint) -> type:
         try:
             obj = getattr(obj, part)
         except AttributeError:
+            hint, choices = _suggest(obj, part)
             raise StrategyLoadError(
-                spec, f"{walked!r} has no attribute {part!r}{_suggest(obj, part)}"
+                spec,
+                f"{walked!r} has no attribute {part!r}{hint}",
+                reason="no_attribute",
+                choices=choices,
             ) from None
         except Exception as exc:  # a lazy module's __getattr__ may import and fail
             raise StrategyLoadError(
-                spec, f"getting {part!r} from {walked!r} failed: {_describe(exc)}"
+                spec,
+                f"getting {part!r} from {walked!r} failed: {_describe(exc)}",
+                reason="import_failed",
             ) from exc
         walked = f"{walked}:{part}" if walked == module_name else f"{walked}.{part}"
     if not isinstance(obj, type):
         raise StrategyLoadError(
-            spec, f"{entry_point.value!r} is {_kind(obj)}, not a class: name the strategy class"
+            spec,
+            f"{entry_point.value!r} is {_kind(obj)}, not a class: name the strategy class",
+            reason="not_a_class",
         )
     return obj
 
@@ -257,27 +282,35 @@ def _import(spec: str, module_name: str) -> ModuleType:
         missing = exc.name or ""
         if missing and (module_name == missing or module_name.startswith(missing + ".")):
             raise StrategyLoadError(
-                spec, f"module {module_name!r} not found (no module named {missing!r} on sys.path)"
+                spec,
+                f"module {module_name!r} not found (no module named {missing!r} on sys.path)",
+                reason="module_not_found",
             ) from exc
-        raise StrategyLoadError(
-            spec, f"module {module_name!r} was found but importing it failed: {_describe(exc)}"
-        ) from exc
+        raise _import_failed(spec, module_name, exc) from exc
     except Exception as exc:
-        raise StrategyLoadError(
-            spec, f"module {module_name!r} was found but importing it failed: {_describe(exc)}"
-        ) from exc
+        raise _import_failed(spec, module_name, exc) from exc
 
 
-def _suggest(obj: object, attr: str) -> str:
+def _import_failed(spec: str, module_name: str, exc: BaseException) -> StrategyLoadError:
+    return StrategyLoadError(
+        spec,
+        f"module {module_name!r} was found but importing it failed: {_describe(exc)}",
+        reason="import_failed",
+    )
+
+
+def _suggest(obj: object, attr: str) -> tuple[str, tuple[str, ...]]:
+    """The hint for a missing attribute, and the names it offers."""
     names = [name for name in dir(obj) if not name.startswith("_")]
     close = difflib.get_close_matches(attr, names, n=3)
     if close:
-        return f"; did you mean {_quoted(close)}?"
+        return f"; did you mean {_quoted(close)}?", tuple(close)
     classes = [n for n in names if isinstance(getattr(obj, n, None), type)]
     strategies = [n for n in classes if callable(getattr(getattr(obj, n), "compact", None))]
     if strategies:
-        return f"; strategy classes there: {', '.join(sorted(strategies))}"
-    return ""
+        found = tuple(sorted(strategies))
+        return f"; strategy classes there: {', '.join(found)}", found
+    return "", ()
 
 
 def _check_compact(obj: object) -> None:
@@ -286,18 +319,21 @@ def _check_compact(obj: object) -> None:
     if compact is None:
         raise SignatureError(
             f"is not a compaction strategy: {what} has no 'compact' method "
-            "(expected 'async def compact(self, ctx)')"
+            "(expected 'async def compact(self, ctx)')",
+            reason="not_a_strategy",
         )
     if not inspect.iscoroutinefunction(compact):
         raise SignatureError(
-            f"is not a compaction strategy: {what}.compact must be 'async def compact(self, ctx)'"
+            f"is not a compaction strategy: {what}.compact must be 'async def compact(self, ctx)'",
+            reason="not_a_strategy",
         )
     if not isinstance(obj, type):
         try:
             inspect.signature(compact).bind(None)
         except TypeError:
             raise SignatureError(
-                f"is not a compaction strategy: {what}.compact must accept one argument (ctx)"
+                f"is not a compaction strategy: {what}.compact must accept one argument (ctx)",
+                reason="not_a_strategy",
             ) from None
         except ValueError:  # no signature available: nothing more to check
             pass

@@ -21,7 +21,7 @@ from functools import cache, lru_cache
 from typing import TYPE_CHECKING, Protocol, TypeGuard, runtime_checkable
 
 from .._history.messages import ImagePart, Message, TextPart
-from ..exceptions import ConfigError, MissingDependencyError
+from ..exceptions import ArgumentError, ConfigError, MissingDependencyError
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator
@@ -285,7 +285,9 @@ class HeuristicTokenCounter(_PartCounter):
         image_tokens: int = IMAGE_TOKENS,
     ) -> None:
         if chars_per_token <= 0:
-            raise ValueError(f"chars_per_token must be > 0, got {chars_per_token}")
+            raise ArgumentError(
+                "chars_per_token", f"chars_per_token must be > 0, got {chars_per_token}"
+            )
         self.chars_per_token = chars_per_token
         self.per_message = per_message
         self.image_tokens = image_tokens

@@ -37,6 +37,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING
 
+from ..exceptions import ArgumentError, PricingError, UnknownPricingError
+
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
@@ -72,15 +74,23 @@ class Pricing:
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.read <= 1.0:
-            raise ValueError(f"pricing {self.name!r}: read must be in [0, 1], got {self.read}")
+            raise PricingError(
+                self.name, "read", f"pricing {self.name!r}: read must be in [0, 1], got {self.read}"
+            )
         if self.write < 1.0:
-            raise ValueError(f"pricing {self.name!r}: write must be >= 1, got {self.write}")
+            raise PricingError(
+                self.name, "write", f"pricing {self.name!r}: write must be >= 1, got {self.write}"
+            )
         if self.ttl_seconds is not None and self.ttl_seconds <= 0:
-            raise ValueError(
-                f"pricing {self.name!r}: ttl_seconds must be > 0, got {self.ttl_seconds}"
+            raise PricingError(
+                self.name,
+                "ttl_seconds",
+                f"pricing {self.name!r}: ttl_seconds must be > 0, got {self.ttl_seconds}",
             )
         if self.min_tokens < 0:
-            raise ValueError(f"pricing {self.name!r}: min_tokens must be >= 0")
+            raise PricingError(
+                self.name, "min_tokens", f"pricing {self.name!r}: min_tokens must be >= 0"
+            )
 
     def cost(self, input_tokens: int, cached_tokens: int) -> float:
         """What a call costs: cached tokens at ``read``, the rest at ``write``."""
@@ -110,11 +120,12 @@ def provider(
     ``--cached-price``).
 
     Raises:
-        KeyError: No table of that name; the message lists the valid ones.
+        UnknownPricingError: No table of that name (a ``KeyError`` too); ``choices`` are the
+            valid ones.
     """
     tables = {**PRICING, **(extra or {})}
     if name not in tables:
-        raise KeyError(f"unknown pricing {name!r}; choose one of {', '.join(sorted(tables))}")
+        raise UnknownPricingError(name, tuple(sorted(tables)))
     table = tables[name]
     if name == "flat" and cached_price is not None:
         return Pricing("flat", read=cached_price, write=table.write)
@@ -197,7 +208,9 @@ class CacheMeter:
         self, counter: TokenCounter, *, cached_price: float = 0.1, pricing: Pricing | None = None
     ) -> None:
         if not 0.0 <= cached_price <= 1.0:
-            raise ValueError(f"cached_price must be between 0 and 1, got {cached_price}")
+            raise ArgumentError(
+                "cached_price", f"cached_price must be between 0 and 1, got {cached_price}"
+            )
         self.counter = counter
         self.pricing = pricing if pricing is not None else Pricing("flat", read=cached_price)
         self.cached_price = self.pricing.read

@@ -12,7 +12,9 @@ worse than none. Local runtimes' tags (``llama3.1:8b`` in Ollama) are unknown on
 their window is whatever the server was started with.
 
 :func:`parse_context_error` reads the window from a provider's context-too-long error, for a
-proxy that compacts and retries: the model's real window wins over any table.
+proxy that compacts and retries: the model's real window wins over any table;
+:func:`says_context_too_long` tells such an error by its wording (the one list of markers the
+LLM adapters and the proxy share).
 """
 
 from __future__ import annotations
@@ -25,7 +27,13 @@ from ..exceptions import ConfigError
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-__all__ = ["CONTEXT_WINDOWS", "context_window", "parse_context_error"]
+__all__ = [
+    "CONTEXT_TOO_LONG_MARKERS",
+    "CONTEXT_WINDOWS",
+    "context_window",
+    "parse_context_error",
+    "says_context_too_long",
+]
 
 _128K = 128_000
 _131K = 131_072
@@ -302,3 +310,34 @@ def parse_context_error(message: str) -> int | None:
             value = int(re.sub(r"[,_]", "", match.group(1)))
             return value if 0 < value <= 100_000_000 else None
     return None
+
+
+CONTEXT_TOO_LONG_MARKERS = (
+    "context_length_exceeded",  # OpenAI's error code
+    "maximum context length",  # OpenAI's, DeepSeek's and vLLM's wording
+    "prompt is too long",  # Anthropic's
+    "context window",  # OpenAI Responses' "exceeds the context window", llama.cpp's
+    "too many tokens",  # several OpenAI-compatible servers
+)
+"""Wordings (lower case) of a context-too-long error that states no window. Status codes
+decide first (413 is always too long, 429 never is); these are read only for a 4xx."""
+
+
+def says_context_too_long(text: str) -> bool:
+    """Whether a provider's error text says the request is over the model's window: one of
+    :data:`CONTEXT_TOO_LONG_MARKERS`, or a wording :func:`parse_context_error` reads a window
+    from.
+
+    Example:
+        >>> says_context_too_long('{"error": {"code": "context_length_exceeded"}}')
+        True
+        >>> says_context_too_long("input length and `max_tokens` exceed context limit: "
+        ...                       "199000 + 21333 > 200000")
+        True
+        >>> says_context_too_long("bad tool schema")
+        False
+    """
+    lowered = text.lower()
+    return any(m in lowered for m in CONTEXT_TOO_LONG_MARKERS) or (
+        parse_context_error(text) is not None
+    )

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from .._history.validate import check_history
 from .._plugins.loader import list_strategies
 from .._tokens.pricing import Pricing, provider
+from ..exceptions import UnknownPricingError
 from ..replay import FileReplay, ReplayStats, replay
 from . import _params_for as params_for
 from ._io import CliError, Conversation, load_demo, read_conversation, write_conversation
@@ -64,7 +65,9 @@ async def _closing(work: Awaitable[T], setups: Sequence[Setup]) -> T:
 
 def _raise_if_llm_missing(event: CompactionEvent | None) -> None:
     """A strategy that needs an LLM ran without one: stop, never report a fake result."""
-    if event is not None and event.status == "failed" and "LLMRequiredError" in (event.error or ""):
+    if event is None or event.problem is None:
+        return
+    if event.problem.exception_type == "LLMRequiredError":
         raise CliError(
             f"strategy {event.strategy} needs an LLM and none is configured: add a "
             f"[compaction.llm] table to a config file and pass --config FILE ({event.error})"
@@ -180,7 +183,10 @@ def _apply_text(report: dict[str, Any]) -> str:
 
 def run_replay(args: argparse.Namespace) -> int:
     if not 0.0 <= args.cached_price <= 1.0:
-        raise CliError(f"--cached-price must be between 0 and 1, got {args.cached_price}")
+        raise CliError(
+            f"--cached-price must be between 0 and 1, got {args.cached_price}",
+            flag="--cached-price",
+        )
     if args.plot:
         require_matplotlib()
     setups = [
@@ -280,8 +286,8 @@ def _pricing(args: argparse.Namespace, setup: Setup) -> Pricing:
     }
     try:
         return provider(args.pricing, extra=extra, cached_price=args.cached_price)
-    except KeyError as exc:
-        raise CliError(f"--pricing: {exc.args[0]}") from None
+    except UnknownPricingError as exc:
+        raise CliError(f"--pricing: {exc.message}", flag="--pricing") from None
 
 
 # -- validate ------------------------------------------------------------------------------

@@ -20,7 +20,7 @@ from .._formats.files import load_conversation as _load
 from .._formats.files import parse_conversation as _parse
 from .._formats.openai_chat import to_openai
 from .._formats.responses_files import dump_responses
-from ..exceptions import ConversationFileError, CtxCompactError
+from ..exceptions import CliError, ConversationFileError
 
 if TYPE_CHECKING:
     from .._history.messages import Message
@@ -39,10 +39,6 @@ __all__ = [
 DEMO_NAME = "demo (built-in)"
 
 
-class CliError(CtxCompactError):
-    """A problem the command line reports on one line and exits 2 for (bad input, bad flag)."""
-
-
 def read_conversation(path: str | Path, *, fmt: Format | None = None) -> Conversation:
     """Read and convert one file, detecting its format unless ``fmt`` forces one.
 
@@ -54,13 +50,13 @@ def read_conversation(path: str | Path, *, fmt: Format | None = None) -> Convers
     try:
         return _load(path, fmt=fmt)
     except ConversationFileError as exc:
-        raise CliError(str(exc)) from None
+        raise CliError(str(exc), path=exc.path) from None
     except FileNotFoundError:
-        raise CliError(f"{name}: no such file") from None
+        raise CliError(f"{name}: no such file", path=name) from None
     except IsADirectoryError:
-        raise CliError(f"{name}: is a directory, not a conversation file") from None
+        raise CliError(f"{name}: is a directory, not a conversation file", path=name) from None
     except OSError as exc:
-        raise CliError(f"{name}: cannot read: {exc.strerror or exc}") from None
+        raise CliError(f"{name}: cannot read: {exc.strerror or exc}", path=name) from None
 
 
 def parse_conversation(name: str, text: str, *, fmt: Format | None = None) -> Conversation:
@@ -68,7 +64,7 @@ def parse_conversation(name: str, text: str, *, fmt: Format | None = None) -> Co
     try:
         return _parse(name, text, fmt=fmt)
     except ConversationFileError as exc:
-        raise CliError(str(exc)) from None
+        raise CliError(str(exc), path=exc.path) from None
 
 
 def load_demo() -> Conversation:
@@ -117,4 +113,4 @@ def _write_text(text: str, out: str) -> None:
     try:
         Path(out).write_text(text, encoding="utf-8")
     except OSError as exc:
-        raise CliError(f"{out}: cannot write: {exc.strerror or exc}") from None
+        raise CliError(f"{out}: cannot write: {exc.strerror or exc}", path=out) from None

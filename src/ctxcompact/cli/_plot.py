@@ -12,8 +12,7 @@ import math
 import textwrap
 from typing import TYPE_CHECKING, Any
 
-from ..exceptions import MissingDependencyError
-from ._io import CliError
+from ..exceptions import CliError, MissingDependencyError
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -51,7 +50,7 @@ def plot_replays(settings: ReplaySettings, replays: Sequence[FileReplay], out: s
     try:
         fig.savefig(out, format="png", dpi=100)
     except OSError as exc:
-        raise CliError(f"{out}: cannot write the plot: {exc.strerror or exc}") from None
+        raise CliError(f"{out}: cannot write the plot: {exc.strerror or exc}", path=out) from None
     finally:
         plt.close(fig)
 

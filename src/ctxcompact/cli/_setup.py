@@ -8,13 +8,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .._config.config import Config, load_config
-from .._controller.controller import CompactionController
 from .._defaults import REPLAY_MAX_CONTEXT_SIZE, REPLAY_RESERVED_CONTEXT_SIZE
-from .._plugins.loader import load_strategy
-from .._tokens.counters import counter_from_config
-from .._wiring import build_llm_with_window, offered_dependencies, require_llm, wire
+from .._wiring import Wiring, build_counter, build_llm_with_window, configured_window, wire
 from ..replay import MemoCounter, MeteredLLM
-from ..store._memory import MemoryStore
 from ._io import CliError
 
 if sys.version_info >= (3, 11):
@@ -25,6 +21,8 @@ else:  # pragma: no cover - exercised on Python 3.10 only
 if TYPE_CHECKING:
     import argparse
     from collections.abc import Sequence
+
+    from .._controller.controller import CompactionController
 
 __all__ = ["DEFAULT_STRATEGY", "Setup", "build_setup", "parse_params"]
 
@@ -66,29 +64,35 @@ class Setup:
 
     Attributes:
         label: How the strategy is named in reports (the spec as given).
-        config: The configuration with the command line's overrides applied.
+        wiring: The parts :func:`~ctxcompact.wire` built from the configuration with the
+            command line's overrides, one controller per conversation.
         counter: The token counter, shared by the controller and the cost model.
         counter_name: ``heuristic`` or ``tiktoken``.
         llm: The metered summarizer, when one is configured.
     """
 
     label: str
-    config: Config
+    wiring: Wiring
     counter: MemoCounter
     counter_name: str
     llm: MeteredLLM | None
 
     @property
+    def config(self) -> Config:
+        """The configuration with the command line's overrides applied."""
+        return self.wiring.config
+
+    @property
     def max_context_size(self) -> int:
         """The window the controller triggers against."""
-        size = self.config.compaction.max_context_size
+        size = self.wiring.max_context_size
         assert size is not None  # build_setup always sets it
         return size
 
     @property
     def reserved_context_size(self) -> int:
         """Tokens kept free below the window."""
-        return self.config.compaction.reserved_context_size
+        return self.wiring.reserved_context_size
 
     async def aclose(self) -> None:
         """Close the summarizer this setup built (its HTTP client), inside the event loop."""
@@ -102,10 +106,7 @@ class Setup:
         With ``[store] recall = true`` it gets a fresh in-memory store: a replay measures
         what recall would give and never writes the configured store's file.
         """
-
-        store = MemoryStore() if self.config.store.recall else None
-        wiring = wire(self.config, llm=self.llm, token_counter=self.counter, store=store)
-        return CompactionController.from_wiring(wiring)
+        return self.wiring.controller()
 
 
 def build_setup(
@@ -119,7 +120,10 @@ def build_setup(
 
     ``spec`` (one ``--strategy``) overrides the config's strategy; ``params`` (the
     ``--param`` values given for it) override its params; ``--max-context-size`` and
-    ``--reserved`` override its limits.
+    ``--reserved`` override its limits. The parts are built by :func:`~ctxcompact.wire`
+    (which loads the strategy now, so a mistake fails before anything is read); the counter
+    and the summarizer it is given are wire's own builders' with the replay's meters around
+    them, so the strategy counts and summarizes through the meters.
     """
     given: Config | None = load_config(args.config) if args.config else None
     config = given if given is not None else Config()
@@ -129,10 +133,12 @@ def build_setup(
     if counter_name not in ("heuristic", "tiktoken"):
         raise CliError(f"unknown token counter {counter_name!r}: use heuristic or tiktoken")
     settings = config.token_counting.model_copy(update={"method": counter_name})
-    counter = MemoCounter(counter_from_config(settings))
+    counter = MemoCounter(build_counter(config.model_copy(update={"token_counting": settings})))
+    # No circuit breaker around a replay's summarizer: every failure is measured.
+    summarizer = config.compaction.llm
     llm = (
-        MeteredLLM(build_llm_with_window(config.compaction.llm, config.models), counter)
-        if config.compaction.llm is not None
+        MeteredLLM(build_llm_with_window(summarizer, config.models), counter)
+        if summarizer is not None
         else None
     )
     max_size, reserved = _limits(args, given)
@@ -151,13 +157,8 @@ def build_setup(
         max_context_size=max_size,
         reserved_context_size=reserved,
     )
-    # Fail fast, before reading or replaying anything.
-    strategy = load_strategy(
-        spec, dependencies=offered_dependencies(config, counter, llm), params=strategy_params
-    )
-    if llm is None:
-        require_llm(strategy, spec, args.config)
-    return Setup(spec, config, counter, counter_name, llm)
+    wiring = wire(config, llm=llm, token_counter=counter, per_conversation=True)
+    return Setup(spec, wiring, counter, counter_name, llm)
 
 
 def _with_llm_flags(args: argparse.Namespace, config: Config) -> Config:
@@ -183,12 +184,7 @@ def _with_llm_flags(args: argparse.Namespace, config: Config) -> Config:
 
 
 def _limits(args: argparse.Namespace, config: Config | None) -> tuple[int, int]:
-    configured_max = None
-    if config is not None:
-        # The window written, else the named model's ([compaction] model), as wire() does.
-        configured_max = config.compaction.max_context_size or config.model_window(
-            config.compaction.model
-        )
+    configured_max = configured_window(config) if config is not None else None
     if args.max_context_size is not None:
         max_size: int = args.max_context_size
     else:

@@ -1,39 +1,103 @@
-"""What the integrations share: one controller, one state per conversation."""
+"""What the integrations share: the controller they receive (or build from the short form),
+and one state per conversation."""
 
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypedDict
 
 from .._controller.controller import CompactionController, ControllerState
+from .._defaults import DEFAULT_RESERVED_CONTEXT_SIZE
+from ..exceptions import UserError
 
 if TYPE_CHECKING:
-    from collections.abc import Hashable, Sequence
+    from collections.abc import Callable, Hashable, Sequence
 
-    from .._contract.protocols import CompactionStrategy
+    from .._contract.protocols import LLM, CompactionStrategy
+    from .._controller.events import CompactionEvent, Step
     from .._history.messages import Message
+    from .._tokens.counters import TokenCounter
 
-__all__ = ["Conversations"]
+__all__ = ["Conversations", "ShortForm", "controller_for"]
+
+
+class ShortForm(TypedDict, total=False):
+    """The options of an integration's short form, beside its strategy: the controller is
+    built from them. Anything else a controller can do (a store, transforms, ``cache_ttl``,
+    ``max_messages``...) comes with a ready one: ``controller=``."""
+
+    max_context_size: int
+    """The model's context window, in tokens (required with a strategy)."""
+    reserved_context_size: int
+    """Tokens kept free for the answer; compaction runs when the history's tokens plus this
+    reach ``max_context_size`` (default 50,000)."""
+    trigger_ratio: float | None
+    """Also compact at this fraction of ``max_context_size``."""
+    token_counter: TokenCounter | None
+    """Counts the history's tokens (default: the heuristic counter)."""
+    llm: LLM | None
+    """The LLM that summarizing strategies use."""
+    on_event: Callable[[CompactionEvent], object] | None
+    """Called with a :class:`~ctxcompact.CompactionEvent` after each attempt."""
+
+
+def controller_for(
+    where: str,
+    strategy: CompactionStrategy | None,
+    controller: CompactionController | None,
+    options: ShortForm,
+) -> CompactionController:
+    """``controller`` itself, or the one the short form (``strategy`` and ``options``)
+    describes. ``where`` names the integration in errors.
+
+    Raises:
+        UserError: Both forms, or neither, or a strategy without ``max_context_size``.
+        ConfigError: An option is out of range (raised here, not during the run).
+
+    Example:
+        >>> from ctxcompact.strategies import ToolResultHiding
+        >>> built = controller_for("f", ToolResultHiding(), None, {"max_context_size": 9_000})
+        >>> built.max_context_size
+        9000
+    """
+    given = [k for k, v in options.items() if v is not None]
+    if controller is not None:
+        clash = (["strategy"] if strategy is not None else []) + given
+        if clash:
+            raise UserError(
+                f"{where}: pass either controller= or {', '.join(clash)}, not both: the "
+                "controller already has its strategy and limits"
+            )
+        return controller
+    window = options.get("max_context_size")
+    if strategy is None or window is None:
+        raise UserError(
+            f"{where}: pass a strategy with max_context_size= (the model's window in "
+            "tokens), or a ready controller="
+        )
+    return CompactionController(
+        strategy,
+        max_context_size=window,
+        reserved_context_size=options.get("reserved_context_size", DEFAULT_RESERVED_CONTEXT_SIZE),
+        trigger_ratio=options.get("trigger_ratio"),
+        token_counter=options.get("token_counter"),
+        llm=options.get("llm"),
+        on_event=options.get("on_event"),
+    )
 
 
 class Conversations:
     """One :class:`CompactionController` for every conversation, and one
     :class:`ControllerState` per conversation key (a run id, a thread id...).
 
-    What a conversation accumulates (its running count, its loop guards) is its own; the
-    strategy, limits and options are shared and built once, so a bad option fails where the
-    integration is set up, not mid-run. The states of the oldest keys are forgotten past
-    ``max_conversations``.
+    What a conversation accumulates (its running count, its loop guards, the time of its
+    last model call) is its own; the strategy, limits and options are shared and built once,
+    so a bad option fails where the integration is set up, not mid-run. The states of the
+    oldest keys are forgotten past ``max_conversations``.
     """
 
-    def __init__(
-        self,
-        strategy: CompactionStrategy,
-        options: dict[str, Any],
-        *,
-        max_conversations: int = 256,
-    ) -> None:
-        self.controller = CompactionController(strategy, **options)
+    def __init__(self, controller: CompactionController, *, max_conversations: int = 256) -> None:
+        self.controller = controller
         self.max_conversations = max_conversations
         self._states: OrderedDict[Hashable, ControllerState] = OrderedDict()
 
@@ -51,3 +115,8 @@ class Conversations:
     async def maybe_compact(self, key: Hashable, history: Sequence[Message]) -> Sequence[Message]:
         """:meth:`CompactionController.maybe_compact` with conversation ``key``'s state."""
         return await self.controller.maybe_compact(history, state=self.state(key))
+
+    async def step(self, key: Hashable, history: Sequence[Message]) -> Step:
+        """:meth:`CompactionController.step` (compaction, then the transforms) with
+        conversation ``key``'s state."""
+        return await self.controller.step(history, state=self.state(key))

@@ -20,7 +20,9 @@ calls and later turns send the same compacted prefix and the provider's prompt c
 hitting. (LangChain's own ``ContextEditingMiddleware`` edits a per-call copy instead, so its
 edit is redone, and the cached prefix broken, on every call.) Messages a strategy keeps are the
 original objects; a hidden tool result is a copy of the original ``ToolMessage`` (same id,
-``tool_call_id``, ``name``, ``status``, ``artifact``) with only ``content`` replaced.
+``tool_call_id``, ``name``, ``status``, ``artifact``) with only ``content`` replaced. A ready
+``controller=``'s per-request transforms apply to each model call's request only
+(``wrap_model_call``): the graph state keeps the compacted history whole.
 """
 
 from __future__ import annotations
@@ -28,13 +30,12 @@ from __future__ import annotations
 import asyncio
 import json
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
-from .._defaults import DEFAULT_RESERVED_CONTEXT_SIZE
 from ..exceptions import MissingDependencyError
 
 try:
-    from langchain.agents.middleware import AgentMiddleware, AgentState
+    from langchain.agents.middleware import AgentMiddleware, AgentState, ModelRequest
     from langchain_core.messages import (
         AIMessage,
         BaseMessage,
@@ -47,17 +48,23 @@ try:
 except ImportError as exc:  # pragma: no cover - exercised in a subprocess test
     raise MissingDependencyError("ctxcompact.integrations.langchain", "langchain") from exc
 
+from .._controller.events import same_messages
 from .._history.messages import Message, RawPart, TextPart, ToolCall
-from ._common import Conversations
+from ._common import Conversations, controller_for
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import Awaitable, Callable, Coroutine, Sequence
 
+    from langchain.agents.middleware import ModelCallResult, ModelResponse
+    from langchain_core.messages import AnyMessage
     from langgraph.runtime import Runtime
+    from typing_extensions import Unpack
 
-    from .._contract.protocols import LLM, CompactionStrategy
-    from .._controller.controller import CompactionEvent
-    from .._tokens.counters import TokenCounter
+    from .._contract.protocols import CompactionStrategy
+    from .._controller.controller import CompactionController
+    from ._common import ShortForm
+
+T = TypeVar("T")
 
 __all__ = ["SOURCE_KEY", "CompactionMiddleware", "from_history", "to_history"]
 
@@ -69,13 +76,17 @@ class CompactionMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
     """Compacts the agent's messages in the graph state when they grow too big.
 
     Args:
-        strategy: How to compact (any :class:`~ctxcompact.CompactionStrategy`).
-        max_context_size: The model's context window, in tokens.
-        reserved_context_size: Tokens kept free for the answer.
-        trigger_ratio: Compact at this fraction of ``max_context_size`` instead.
-        token_counter: Counts tokens (default: the heuristic counter).
-        llm: The LLM that summarizing strategies use.
-        on_event: Called with a :class:`~ctxcompact.CompactionEvent` after each attempt.
+        strategy: How to compact (any :class:`~ctxcompact.CompactionStrategy`), with
+            ``max_context_size`` among ``options``.
+        controller: A ready :class:`~ctxcompact.CompactionController` instead (its store,
+            transforms and ``cache_ttl`` included); then no strategy nor options.
+        **options: The short form's controller options: ``max_context_size`` (the model's
+            window, required), ``reserved_context_size``, ``trigger_ratio``,
+            ``token_counter``, ``llm`` (for summarizing strategies) and ``on_event``.
+
+    Raises:
+        UserError: Both forms, or a strategy without ``max_context_size``.
+        ConfigError: An option is out of range.
 
     Example:
         >>> from ctxcompact.strategies import ToolResultHiding
@@ -85,25 +96,14 @@ class CompactionMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
 
     def __init__(
         self,
-        strategy: CompactionStrategy,
+        strategy: CompactionStrategy | None = None,
         *,
-        max_context_size: int,
-        reserved_context_size: int = DEFAULT_RESERVED_CONTEXT_SIZE,
-        trigger_ratio: float | None = None,
-        token_counter: TokenCounter | None = None,
-        llm: LLM | None = None,
-        on_event: Callable[[CompactionEvent], object] | None = None,
+        controller: CompactionController | None = None,
+        **options: Unpack[ShortForm],
     ) -> None:
         super().__init__()
-        options: dict[str, Any] = {
-            "max_context_size": max_context_size,
-            "reserved_context_size": reserved_context_size,
-            "trigger_ratio": trigger_ratio,
-            "token_counter": token_counter,
-            "llm": llm,
-            "on_event": on_event,
-        }
-        self.conversations = Conversations(strategy, options)
+        chosen = controller_for("CompactionMiddleware", strategy, controller, options)
+        self.conversations = Conversations(chosen)
 
     async def abefore_model(
         self, state: AgentState[Any], runtime: Runtime[Any]
@@ -126,12 +126,50 @@ class CompactionMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
 
     def before_model(self, state: AgentState[Any], runtime: Runtime[Any]) -> dict[str, Any] | None:
         """The synchronous path (``agent.invoke``): the same, on a private event loop."""
-        try:
-            asyncio.get_running_loop()
-        except RuntimeError:
-            return asyncio.run(self.abefore_model(state, runtime))
-        with ThreadPoolExecutor(max_workers=1) as pool:  # called inside a running loop
-            return pool.submit(asyncio.run, self.abefore_model(state, runtime)).result()
+        return _run(self.abefore_model(state, runtime))
+
+    async def awrap_model_call(
+        self,
+        request: ModelRequest[Any],
+        handler: Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]],
+    ) -> ModelCallResult[Any]:
+        """Send the request through the controller's transforms (the state keeps the
+        messages whole) and note the call's time for ``cache_ttl``."""
+        return await handler(await self._prepare(request))
+
+    def wrap_model_call(
+        self,
+        request: ModelRequest[Any],
+        handler: Callable[[ModelRequest[Any]], ModelResponse[Any]],
+    ) -> ModelCallResult[Any]:
+        """The synchronous path of :meth:`awrap_model_call`."""
+        return handler(_run(self._prepare(request)))
+
+    async def _prepare(self, request: ModelRequest[Any]) -> ModelRequest[Any]:
+        controller = self.conversations.controller
+        messages: list[BaseMessage] = list(request.messages)
+        if not messages or (not controller.transforms and controller.cache_ttl is None):
+            return request
+        state = self.conversations.state(messages[0].id)  # the key abefore_model uses
+        controller.observe_usage(None, (), state=state)  # a model call now: cache_ttl's clock
+        if not controller.transforms:
+            return request
+        history = to_history(messages)
+        prepared = await controller.prepare(history, state=state)
+        if same_messages(prepared.messages, history):
+            return request
+        sent = from_history(prepared.messages, messages, history)
+        return request.override(messages=cast("list[AnyMessage]", sent))
+
+
+def _run(work: Coroutine[Any, Any, T]) -> T:
+    """``work`` to its end from synchronous code, inside a running event loop or not."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(work)
+    with ThreadPoolExecutor(max_workers=1) as pool:  # called inside a running loop
+        return pool.submit(asyncio.run, work).result()
 
 
 # -- LangChain messages <-> history ----------------------------------------------------------------

@@ -16,10 +16,13 @@ Example:
         # or: compact what a session stores between runs
         session = CompactingSession(SQLiteSession("user-1"), hiding, max_context_size=128_000)
 
-Both read the SDK's Responses items with :func:`~ctxcompact.from_responses` and write them back
-with :func:`~ctxcompact.to_responses`: reasoning items (``encrypted_content`` included) stay with
-the call they preceded, a hidden ``function_call_output`` keeps its ``call_id``, and items
-ctxcompact does not know pass through in place.
+Both take a strategy and a window (the short form) or a ready ``controller=`` (with a store,
+transforms or ``cache_ttl``: the filter applies the transforms to what each call sends; a
+session, which only stores, compacts). Both read the SDK's Responses items with
+:func:`~ctxcompact.from_responses` and write them back with :func:`~ctxcompact.to_responses`:
+reasoning items (``encrypted_content`` included) stay with the call they preceded, a hidden
+``function_call_output`` keeps its ``call_id``, and items ctxcompact does not know pass through
+in place.
 """
 
 from __future__ import annotations
@@ -27,7 +30,6 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
-from .._defaults import DEFAULT_RESERVED_CONTEXT_SIZE
 from ..exceptions import FormatError, MissingDependencyError
 
 try:
@@ -35,41 +37,26 @@ try:
 except ImportError as exc:  # pragma: no cover - exercised in a subprocess test
     raise MissingDependencyError("ctxcompact.integrations.openai_agents", "openai-agents") from exc
 
-from .._controller.controller import CompactionController, ControllerState
+from .._controller.controller import ControllerState
+from .._controller.events import same_messages
 from .._formats.common import copy_json
 from .._formats.responses import from_responses, to_responses
+from ._common import controller_for
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping, Sequence
+    from collections.abc import Mapping, Sequence
 
     from agents import Session, TResponseInputItem
     from agents.memory import SessionSettings
+    from typing_extensions import Unpack
 
-    from .._contract.protocols import LLM, CompactionStrategy
-    from .._controller.controller import CompactionEvent
-    from .._tokens.counters import TokenCounter
+    from .._contract.protocols import CompactionStrategy
+    from .._controller.controller import CompactionController
+    from ._common import ShortForm
 
 __all__ = ["CompactingSession", "CompactionFilter"]
 
 logger = logging.getLogger("ctxcompact.integrations.openai_agents")
-
-
-def _options(
-    max_context_size: int,
-    reserved_context_size: int,
-    trigger_ratio: float | None,
-    token_counter: TokenCounter | None,
-    llm: LLM | None,
-    on_event: Callable[[CompactionEvent], object] | None,
-) -> dict[str, Any]:
-    return {
-        "max_context_size": max_context_size,
-        "reserved_context_size": reserved_context_size,
-        "trigger_ratio": trigger_ratio,
-        "token_counter": token_counter,
-        "llm": llm,
-        "on_event": on_event,
-    }
 
 
 def _plain(item: Any) -> Mapping[str, Any]:
@@ -99,14 +86,18 @@ class CompactionFilter:
     Input it cannot read as Responses items is sent unchanged, with a warning.
 
     Args:
-        strategy: How to compact (any :class:`~ctxcompact.CompactionStrategy`).
-        max_context_size: The model's context window, in tokens.
-        reserved_context_size: Tokens kept free for the answer.
-        trigger_ratio: Compact at this fraction of ``max_context_size`` instead.
-        token_counter: Counts tokens (default: the heuristic counter).
-        llm: The LLM that summarizing strategies use.
-        on_event: Called with a :class:`~ctxcompact.CompactionEvent` after each attempt.
+        strategy: How to compact (any :class:`~ctxcompact.CompactionStrategy`), with
+            ``max_context_size`` among ``options``.
+        controller: A ready :class:`~ctxcompact.CompactionController` instead (its store,
+            transforms and ``cache_ttl`` included); then no strategy nor options.
         max_conversations: How many runs' state to keep (oldest forgotten first).
+        **options: The short form's controller options: ``max_context_size`` (the model's
+            window, required), ``reserved_context_size``, ``trigger_ratio``,
+            ``token_counter``, ``llm`` (for summarizing strategies) and ``on_event``.
+
+    Raises:
+        UserError: Both forms, or a strategy without ``max_context_size``.
+        ConfigError: An option is out of range.
 
     Example:
         >>> from ctxcompact.strategies import ToolResultHiding
@@ -116,27 +107,19 @@ class CompactionFilter:
 
     def __init__(
         self,
-        strategy: CompactionStrategy,
+        strategy: CompactionStrategy | None = None,
         *,
-        max_context_size: int,
-        reserved_context_size: int = DEFAULT_RESERVED_CONTEXT_SIZE,
-        trigger_ratio: float | None = None,
-        token_counter: TokenCounter | None = None,
-        llm: LLM | None = None,
-        on_event: Callable[[CompactionEvent], object] | None = None,
+        controller: CompactionController | None = None,
         max_conversations: int = 64,
+        **options: Unpack[ShortForm],
     ) -> None:
-        options = _options(
-            max_context_size, reserved_context_size, trigger_ratio, token_counter, llm, on_event
-        )
-        self._controller = CompactionController(strategy, **options)
-        self._max_context_size = max_context_size
+        self.controller = controller_for("CompactionFilter", strategy, controller, options)
         self._max_conversations = max_conversations
         self._conversations: list[_Conversation] = []
 
     def __repr__(self) -> str:
-        name = type(self._controller.strategy).__name__
-        return f"CompactionFilter({name}(...), max_context_size={self._max_context_size})"
+        name = type(self.controller.strategy).__name__
+        return f"CompactionFilter({name}(...), max_context_size={self.controller.max_context_size})"
 
     async def __call__(self, data: CallModelData[Any]) -> ModelInputData:
         items = [_plain(item) for item in data.model_data.input]
@@ -145,13 +128,18 @@ class CompactionFilter:
         try:
             history = from_responses(view)
         except FormatError as exc:  # fail open: the run goes on with its input as is
-            logger.warning("not compacting: the model input is not Responses items (%s)", exc)
+            logger.warning(
+                "not compacting: the model input is not Responses items (%s)", _where(exc)
+            )
+            logger.debug("the model input is not Responses items: %s", exc)
             return data.model_data
-        result = await self._controller.maybe_compact(history, state=conversation.state)
-        if result is not history:
+        step = await self.controller.step(history, state=conversation.state)
+        if step.history is not history:
             conversation.source = [copy_json(item) for item in items]
-            conversation.sent = to_responses(result)
+            conversation.sent = to_responses(step.history)
             view = list(conversation.sent)
+        if not same_messages(step.request, step.history):  # the transforms: this call only
+            view = to_responses(step.request)
         conversation.seen = [copy_json(item) for item in items]
         instructions = data.model_data.instructions
         return ModelInputData(input=view, instructions=instructions)
@@ -185,13 +173,16 @@ class CompactingSession:
 
     Args:
         session: The session that stores (``SQLiteSession``, a Redis session...).
-        strategy: How to compact.
-        max_context_size: The model's context window, in tokens.
-        reserved_context_size: Tokens kept free for the answer.
-        trigger_ratio: Compact at this fraction of ``max_context_size`` instead.
-        token_counter: Counts tokens (default: the heuristic counter).
-        llm: The LLM that summarizing strategies use.
-        on_event: Called with a :class:`~ctxcompact.CompactionEvent` after each attempt.
+        strategy: How to compact, with ``max_context_size`` among ``options``.
+        controller: A ready :class:`~ctxcompact.CompactionController` instead (its store
+            keeps what compaction removes; its transforms are per model call, so they belong
+            to :class:`CompactionFilter`, not to what a session stores).
+        **options: The short form's controller options: ``max_context_size`` (required),
+            ``reserved_context_size``, ``trigger_ratio``, ``token_counter``, ``llm`` and
+            ``on_event``.
+
+    Raises:
+        UserError: Both forms, or a strategy without ``max_context_size``.
 
     Example:
         >>> from agents import SQLiteSession
@@ -204,20 +195,14 @@ class CompactingSession:
     def __init__(
         self,
         session: Session,
-        strategy: CompactionStrategy,
+        strategy: CompactionStrategy | None = None,
         *,
-        max_context_size: int,
-        reserved_context_size: int = DEFAULT_RESERVED_CONTEXT_SIZE,
-        trigger_ratio: float | None = None,
-        token_counter: TokenCounter | None = None,
-        llm: LLM | None = None,
-        on_event: Callable[[CompactionEvent], object] | None = None,
+        controller: CompactionController | None = None,
+        **options: Unpack[ShortForm],
     ) -> None:
-        options = _options(
-            max_context_size, reserved_context_size, trigger_ratio, token_counter, llm, on_event
-        )
         self.session = session
-        self.controller = CompactionController(strategy, **options)  # one session, one state
+        # One session, one conversation: the controller's own state.
+        self.controller = controller_for("CompactingSession", strategy, controller, options)
 
     @property
     def session_id(self) -> str:
@@ -244,7 +229,8 @@ class CompactingSession:
         try:
             history = from_responses(stored)
         except FormatError as exc:  # fail open: the session keeps what it stores
-            logger.warning("not compacting session %r: %s", self.session_id, exc)
+            logger.warning("not compacting session %r: %s", self.session_id, _where(exc))
+            logger.debug("session %r is not Responses items: %s", self.session_id, exc)
             return False
         result = await self.controller.maybe_compact(history, force=force)
         if result is history:
@@ -261,3 +247,13 @@ class CompactingSession:
     async def clear_session(self) -> None:
         """Remove every stored item."""
         await self.session.clear_session()
+
+
+def _where(exc: FormatError) -> str:
+    """A format error by its fields (type, message index, field): its text may quote an item."""
+    where = [type(exc).__name__]
+    if exc.index is not None:
+        where.append(f"message {exc.index}")
+    if exc.field:
+        where.append(f"field {exc.field!r:.80}")
+    return ", ".join(where)

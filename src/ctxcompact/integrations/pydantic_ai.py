@@ -16,7 +16,9 @@ Before each model request the capability converts the run's ``ModelMessage`` lis
 ctxcompact history, lets a :class:`~ctxcompact.CompactionController` decide whether to compact,
 and converts the result back. pydantic-ai stores what the capability returns as the run's
 history, so a compaction is done once and the rewritten prefix stays stable for the provider's
-prompt cache. Nothing is lost in the conversion: every part a strategy keeps comes back as the
+prompt cache. The controller's per-request transforms (a ready ``controller=`` may have them)
+change only what this request sends, never the stored history. Nothing is lost in the
+conversion: every part a strategy keeps comes back as the
 original object (thinking with its signature, retries, tool returns with their metadata, parts
 ctxcompact has no field for); a tool return a strategy hid comes back as a copy of the original
 with only its ``content`` replaced. Parts pydantic-ai records besides messages (instruction
@@ -29,7 +31,6 @@ import dataclasses
 import sys
 from typing import TYPE_CHECKING, Any
 
-from .._defaults import DEFAULT_RESERVED_CONTEXT_SIZE
 from ..exceptions import MissingDependencyError
 
 try:
@@ -45,15 +46,19 @@ except ImportError as exc:  # pragma: no cover - exercised in a subprocess test
     )
     raise MissingDependencyError(what, "pydantic-ai") from exc
 
+from .._controller.events import same_messages
 from .._history.messages import Message, RawPart, TextPart, ToolCall
-from ._common import Conversations
+from ._common import Conversations, controller_for
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import Sequence
 
-    from .._contract.protocols import LLM, CompactionStrategy
-    from .._controller.controller import CompactionEvent
-    from .._tokens.counters import TokenCounter
+    from pydantic_ai.models import ModelRequestContext
+    from typing_extensions import Unpack
+
+    from .._contract.protocols import CompactionStrategy
+    from .._controller.controller import CompactionController
+    from ._common import ShortForm
 
 __all__ = [
     "SOURCE_KEY",
@@ -68,43 +73,32 @@ SOURCE_KEY = "pydantic_ai"
 
 
 def history_processor(
-    strategy: CompactionStrategy,
+    strategy: CompactionStrategy | None = None,
     *,
-    max_context_size: int,
-    reserved_context_size: int = DEFAULT_RESERVED_CONTEXT_SIZE,
-    trigger_ratio: float | None = None,
-    token_counter: TokenCounter | None = None,
-    llm: LLM | None = None,
-    on_event: Callable[[CompactionEvent], object] | None = None,
+    controller: CompactionController | None = None,
+    **options: Unpack[ShortForm],
 ) -> ProcessHistory[Any]:
     """A ``ProcessHistory`` capability that compacts the run's history when it grows too big.
 
     Args:
-        strategy: How to compact (any :class:`~ctxcompact.CompactionStrategy`).
-        max_context_size: The model's context window, in tokens.
-        reserved_context_size: Tokens kept free for the answer; compaction runs when the
-            history's tokens plus this reach ``max_context_size``.
-        trigger_ratio: Compact at this fraction of ``max_context_size`` instead.
-        token_counter: Counts the history's tokens (default: the heuristic counter).
-        llm: The LLM that summarizing strategies use.
-        on_event: Called with a :class:`~ctxcompact.CompactionEvent` after each attempt.
+        strategy: How to compact (any :class:`~ctxcompact.CompactionStrategy`), with
+            ``max_context_size`` among ``options``.
+        controller: A ready :class:`~ctxcompact.CompactionController` instead (its store,
+            transforms and ``cache_ttl`` included); then no strategy nor options.
+        **options: The short form's controller options: ``max_context_size`` (the model's
+            window, required), ``reserved_context_size``, ``trigger_ratio``,
+            ``token_counter``, ``llm`` (for summarizing strategies) and ``on_event``.
 
     Returns:
         The capability for ``Agent(..., capabilities=[...])``. Its ``processor`` is a
-        :class:`CompactingProcessor` keeping one controller per run.
+        :class:`CompactingProcessor` keeping one controller state per run.
 
     Raises:
+        UserError: Both forms, or a strategy without ``max_context_size``.
         ConfigError: An option is out of range (raised here, not during the run).
     """
-    options: dict[str, Any] = {
-        "max_context_size": max_context_size,
-        "reserved_context_size": reserved_context_size,
-        "trigger_ratio": trigger_ratio,
-        "token_counter": token_counter,
-        "llm": llm,
-        "on_event": on_event,
-    }
-    return ProcessHistory(CompactingProcessor(Conversations(strategy, options)))
+    chosen = controller_for("history_processor", strategy, controller, options)
+    return _CompactingHistory(CompactingProcessor(Conversations(chosen)))
 
 
 class CompactingProcessor:
@@ -123,11 +117,43 @@ class CompactingProcessor:
     async def __call__(
         self, ctx: RunContext[Any], messages: list[pai.ModelMessage]
     ) -> list[pai.ModelMessage]:
+        """The run's history, compacted when the trigger fires (as a plain history processor:
+        the transforms need :meth:`step`, which tells the stored history from the request)."""
         history = to_history(messages)
         result = await self.conversations.maybe_compact(ctx.run_id, history)
         if result is history:
             return messages
         return from_history(result, messages, history)
+
+    async def step(
+        self, ctx: RunContext[Any], messages: list[pai.ModelMessage]
+    ) -> tuple[list[pai.ModelMessage], list[pai.ModelMessage]]:
+        """One model request: the run's history to store (compacted when the trigger fires)
+        and the messages to send (that history through the controller's transforms)."""
+        history = to_history(messages)
+        step = await self.conversations.step(ctx.run_id, history)
+        stored = messages
+        if step.history is not history:
+            stored = from_history(step.history, messages, history)
+        if same_messages(step.request, step.history):
+            return stored, stored.copy()
+        return stored, from_history(step.request, messages, history)
+
+
+@dataclasses.dataclass
+class _CompactingHistory(ProcessHistory[Any]):
+    """``ProcessHistory`` that sends the transformed request but stores only the compaction
+    (pydantic-ai's own stores what it sends)."""
+
+    processor: CompactingProcessor
+
+    async def before_model_request(
+        self, ctx: RunContext[Any], request_context: ModelRequestContext
+    ) -> ModelRequestContext:
+        stored, sent = await self.processor.step(ctx, list(request_context.messages))
+        request_context.messages = sent
+        ctx.messages[:] = stored
+        return request_context
 
 
 # -- ModelMessage list -> history ------------------------------------------------------------------

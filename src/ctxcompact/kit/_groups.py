@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from .._history.messages import with_content
+from ..exceptions import MissingArgumentError
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Sequence
@@ -134,7 +135,7 @@ def batched_boundary(
         unit_tokens: Tokens freed by rewriting unit ``k``; needed only with ``clear_at_least``.
 
     Raises:
-        TypeError: ``clear_at_least`` without ``unit_tokens``.
+        MissingArgumentError: ``clear_at_least`` without ``unit_tokens`` (a ``TypeError``).
 
     Example:
         >>> batched_boundary(7, batch_turns=3)
@@ -148,7 +149,11 @@ def batched_boundary(
     if boundary <= 0:
         return 0
     if unit_tokens is None and clear_at_least > 0:
-        raise TypeError("batched_boundary: clear_at_least needs unit_tokens")
+        raise MissingArgumentError(
+            "unit_tokens",
+            "batched_boundary: clear_at_least needs unit_tokens",
+            needed_by="clear_at_least",
+        )
     if batch_turns > 0:
         boundary -= boundary % batch_turns
     if clear_at_least <= 0 or boundary <= 0 or unit_tokens is None:

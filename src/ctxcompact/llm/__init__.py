@@ -15,7 +15,7 @@ when it is missing.
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..exceptions import AuthenticationError, ConfigError
 from ._breaker import BreakerStats, CircuitBreakerLLM, LLMOutages, watch_outages
@@ -24,7 +24,6 @@ from ._retry import RetryCallback, RetryEvent
 if TYPE_CHECKING:
     import httpx2
 
-    from .._config.config import LLMConfig
     from .._contract.protocols import LLM
     from .anthropic import AnthropicLLM
     from .openai import OpenAIChatLLM
@@ -35,6 +34,7 @@ __all__ = [
     "BreakerStats",
     "CircuitBreakerLLM",
     "LLMOutages",
+    "LLMSettings",
     "OpenAIChatLLM",
     "RetryEvent",
     "build_llm",
@@ -54,8 +54,32 @@ _ADAPTERS = {
 _DEFAULT_KEY_ENV = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY"}
 
 
+class LLMSettings(Protocol):
+    """What :func:`build_llm` reads: an ``[compaction.llm]`` / ``[agent.llm]`` table
+    (``ctxcompact.LLMConfig``) has it. A Protocol, so the adapters' layer does not import the
+    configuration's (the configuration sits above it)."""
+
+    @property
+    def provider(self) -> str: ...
+    @property
+    def model(self) -> str: ...
+    @property
+    def base_url(self) -> str | None: ...
+    @property
+    def api_key_env(self) -> str | None: ...
+    @property
+    def timeout(self) -> float: ...
+    @property
+    def max_retries(self) -> int: ...
+    @property
+    def max_tokens(self) -> int | None: ...
+    def api_key(self) -> str | None:
+        """The API key, read from the environment when called."""
+        ...
+
+
 def build_llm(
-    llm_config: LLMConfig,
+    llm_config: LLMSettings,
     *,
     on_retry: RetryCallback | None = None,
     http_client: httpx2.AsyncClient | None = None,
@@ -67,7 +91,7 @@ def build_llm(
 
     Args:
         llm_config: An ``LLMConfig`` (``provider``, ``model``, ``base_url``, ``api_key_env``,
-            ``timeout``, ``max_retries``, ``max_tokens``).
+            ``timeout``, ``max_retries``, ``max_tokens``): :class:`LLMSettings`.
         on_retry: Called for each retry the SDK makes.
         http_client: An ``httpx2.AsyncClient`` to send with (proxies, tests).
 

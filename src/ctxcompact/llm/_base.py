@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, TypeVar
 
+from ..exceptions import ArgumentError
 from ._errors import SdkErrors, map_sdk_error
 from ._retry import RetryCallback, RetryWatcher
 
@@ -60,11 +61,14 @@ class SDKAdapter(Generic[ClientT]):
         self._watcher: RetryWatcher | None = None
         if client is not None:
             if api_key is not None or base_url is not None or http_client is not None:
-                raise ValueError("give either client= or api_key=/base_url=/http_client=, not both")
+                raise ArgumentError(
+                    "client", "give either client= or api_key=/base_url=/http_client=, not both"
+                )
             if on_retry is not None:
-                raise ValueError(
+                raise ArgumentError(
+                    "on_retry",
                     "on_retry cannot hook a ready client; pass http_client= (and api_key=, "
-                    "base_url=) so the adapter builds the client"
+                    "base_url=) so the adapter builds the client",
                 )
             self._client: ClientT = client
             self._owns_client = False

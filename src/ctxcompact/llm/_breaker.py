@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
 from .._defaults import DEFAULT_BREAKER_COOLDOWN, DEFAULT_BREAKER_FAILURES
-from ..exceptions import LLMError, LLMUnavailableError
+from ..exceptions import ArgumentError, LLMError, LLMUnavailableError
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Sequence
@@ -183,9 +183,11 @@ class CircuitBreakerLLM:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if failure_threshold < 1:
-            raise ValueError(f"failure_threshold must be >= 1, got {failure_threshold}")
+            raise ArgumentError(
+                "failure_threshold", f"failure_threshold must be >= 1, got {failure_threshold}"
+            )
         if not cooldown > 0:
-            raise ValueError(f"cooldown must be > 0 seconds, got {cooldown}")
+            raise ArgumentError("cooldown", f"cooldown must be > 0 seconds, got {cooldown}")
         self.llm = llm
         self.failure_threshold = failure_threshold
         self.cooldown = cooldown

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from .._tokens.windows import says_context_too_long
 from ..exceptions import (
     AuthenticationError,
     BadResponseError,
@@ -28,14 +29,6 @@ __all__ = ["REDACTED", "SdkErrors", "map_sdk_error", "redact"]
 
 REDACTED = "[redacted]"
 
-# OpenAI's code, vLLM's and llama.cpp's wording, Anthropic's wording.
-_CONTEXT_MARKERS = (
-    "context_length_exceeded",
-    "maximum context length",
-    "prompt is too long",
-    "context window",
-    "too many tokens",
-)
 _DETAIL_LIMIT = 500
 
 
@@ -110,10 +103,9 @@ def map_sdk_error(
     if not isinstance(exc, sdk.status) or status is None:
         return LLMError(f"{where}: {message}", status_code=status)
 
-    lowered = f"{code} {message}".lower()
     said = f"(HTTP {status}{', ' + code if code else ''}): {message}"
     # 429 is a rate limit whatever its wording ("too many tokens per minute" is not a window).
-    context_said = status != 429 and any(m in lowered for m in _CONTEXT_MARKERS)
+    context_said = status != 429 and says_context_too_long(f"{code} {message}")
     if status == 413 or (400 <= status < 500 and context_said):
         return ContextTooLongError(f"{where}: the request is too long {said}", status_code=status)
     if status in (401, 403):

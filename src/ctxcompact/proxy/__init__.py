@@ -8,24 +8,20 @@ Needs the ``proxy`` extra (starlette, uvicorn, httpx).
 
 from __future__ import annotations
 
-import contextlib
 import gc
 import importlib
 from typing import TYPE_CHECKING
 
-from .._controller.controller import CompactionController
-from .._wiring import wire
+from .._wiring import as_config, wire
 from ..exceptions import MissingDependencyError
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Sequence
-
     import httpx
     from starlette.applications import Starlette
 
-    from .._config.config import Config
     from .._contract.protocols import LLM, CompactionStrategy
     from .._tokens.counters import TokenCounter
+    from .._wiring import ConfigSource
 
 __all__ = [
     "ERROR_BODY_LIMIT",
@@ -37,18 +33,16 @@ __all__ = [
     "serve",
 ]
 
-_UNUSED_WINDOW = 100_000_000  # a placeholder above any reserve; per-model requests never see it
-
 
 def create_app(
-    config: Config,
+    config: ConfigSource,
     *,
     strategy: CompactionStrategy | None = None,
     llm: LLM | None = None,
     token_counter: TokenCounter | None = None,
     client: httpx.AsyncClient | None = None,
 ) -> Starlette:
-    """Build the proxy's ASGI app from a loaded config.
+    """Build the proxy's ASGI app from a config (or the path of its TOML file).
 
     The window is ``[compaction] max_context_size``, else the window of ``[compaction]
     model``; with neither, each request is compacted against the window of the model it
@@ -64,38 +58,27 @@ def create_app(
         client: The pooled upstream HTTP client (tests pass one; normally created here).
 
     Example:
-        >>> from ctxcompact import load_config
-        >>> app = create_app(load_config("examples/recommended.toml"))
+        >>> app = create_app("examples/recommended.toml")  # a path will do
     """
     try:
         from ._app import ProxySettings, build_app
-        from ._recall import Recall, close_on_shutdown
+        from ._recall import Recall
         from ._retry import ContextRetry
         from ._rewrite import Rewriter
         from ._windows import ModelWindows
     except ImportError as exc:  # starlette or httpx missing
         raise MissingDependencyError("the ctxcompact proxy", "proxy") from exc
-    comp = config.compaction
-    per_model: ModelWindows | None = None
-    if comp.max_context_size is None and (
-        comp.model is None or config.model_window(comp.model) is None
-    ):
-        # No window configured: each request gets the window of the model it names. The
-        # wiring's own window is never used for such requests (each has its controller).
-        wiring = wire(
-            config,
-            strategy=strategy,
-            llm=llm,
-            token_counter=token_counter,
-            max_context_size=_UNUSED_WINDOW,
-            build_store=True,
-        )
-        per_model = ModelWindows(wiring)
-    else:
-        wiring = wire(
-            config, strategy=strategy, llm=llm, token_counter=token_counter, build_store=True
-        )
-    p = config.proxy
+    # Without a window, each request gets the window of the model it names: one controller
+    # per window, built by the wiring (ModelWindows).
+    wiring = wire(
+        config,
+        strategy=strategy,
+        llm=llm,
+        token_counter=token_counter,
+        build_store=True,
+        per_model_windows=True,
+    )
+    p = wiring.config.proxy
     settings = ProxySettings(
         openai_base_url=p.openai_base_url,
         anthropic_base_url=p.anthropic_base_url,
@@ -104,44 +87,30 @@ def create_app(
     )
     recall = Recall(wiring.store) if wiring.recall and wiring.store is not None else None
     rewriter = Rewriter(
-        CompactionController.from_wiring(wiring),
-        per_model=per_model,
+        wiring.controller() if wiring.max_context_size is not None else None,
+        per_model=ModelWindows(wiring) if wiring.max_context_size is None else None,
         recall=recall,
         reuse_summaries=wiring.store is not None,
     )
-    retry = ContextRetry(config, wiring.counter)  # config: its own window, not the placeholder
-    app = build_app(rewriter, settings, client=client, retry=retry)
-    if wiring.owned_store and wiring.store is not None:
-        close_on_shutdown(app, wiring.store)
-    if wiring.owned:
-        _close_models_on_shutdown(app, wiring.owned)
-    return app
+    retry = ContextRetry(wiring.config, wiring.counter)
+    return build_app(
+        rewriter,
+        settings,
+        client=client,
+        retry=retry,
+        recall=recall,
+        owned_store=wiring.store if wiring.owned_store else None,
+        owned_models=wiring.owned,
+    )
 
 
-def _close_models_on_shutdown(app: Starlette, models: Sequence[LLM]) -> None:
-    """Close the models the proxy built (the summarizer's HTTP client) when ``app`` stops."""
-    inner = app.router.lifespan_context
-
-    @contextlib.asynccontextmanager
-    async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        async with inner(app):
-            try:
-                yield
-            finally:
-                for model in models:
-                    close = getattr(model, "aclose", None)
-                    if close is not None:
-                        await close()
-
-    app.router.lifespan_context = lifespan
-
-
-def serve(config: Config, *, host: str | None = None, port: int | None = None) -> None:
+def serve(config: ConfigSource, *, host: str | None = None, port: int | None = None) -> None:
     """Run the proxy with uvicorn until interrupted."""
     try:
         import uvicorn
     except ImportError as exc:
         raise MissingDependencyError("the ctxcompact proxy", "proxy") from exc
+    config = as_config(config)
     app = create_app(config)
     # Everything built so far (the SDKs' modules, the config, the strategy) lives as long as
     # the process: moving it out of the collector's generations keeps a full collection from

@@ -2,8 +2,12 @@
 
 Fail-open: a valid JSON body within the limits of :mod:`._json` is always forwarded, rewritten
 when the rewriter could, else byte for byte as received; nothing the rewriter raises becomes a
-500. What the proxy logs above DEBUG and puts in the ``x-ctxcompact`` header is exception
-type names and fixed reasons, never message content (:func:`safe_report_header`).
+500. What the proxy logs above DEBUG and puts in the ``x-ctxcompact`` header is built from
+the fields of each :class:`~ctxcompact.Problem` (kind, strategy or transform name, exception
+type name), never from an exception's message (:meth:`RewriteReport.header`).
+
+:class:`ProxyApp` is the app: its methods are the routes, and its lifespan closes what the
+proxy owns (the upstream client, the store and the models it built).
 """
 
 from __future__ import annotations
@@ -12,64 +16,47 @@ import contextlib
 import dataclasses
 import logging
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
-from urllib.parse import unquote
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import httpx
 from starlette.applications import Starlette
-from starlette.requests import ClientDisconnect
-from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from .._controller.events import strategy_name
+from .._controller.problems import Problem
 from ._callers import caller_namespace
+from ._http import (
+    DROP_REQUEST,
+    DROP_RESPONSE,
+    REPORT_HEADER,
+    BodyTooLarge,
+    ClientGone,
+    client_gone,
+    error_response,
+    looks_anthropic,
+    normalised_path,
+    read_body,
+    too_large,
+    upstream_url,
+)
 from ._json import BodyError, check_charset, encode_body, parse_body
-from ._recall import CALLER
-from ._redact import QuerylessAccessLog, display_url, safe_report_header, shown_path
+from ._redact import QuerylessAccessLog, display_url
 from ._relay import Relay
 from ._rewrite import Body, RewriteReport, dumps
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Mapping
+    from collections.abc import AsyncIterator, Sequence
 
     from starlette.requests import Request
+    from starlette.responses import Response
 
+    from .._controller.problems import ProblemKind
     from ._recall import Recall
     from ._retry import ContextRetry
 
-__all__ = ["BodyRewriter", "ProxySettings", "build_app", "safe_report_header"]
+__all__ = ["BodyRewriter", "ProxyApp", "ProxySettings", "build_app"]
 
 logger = logging.getLogger("ctxcompact.proxy")
 
-# Hop-by-hop headers (RFC 9110 §7.6.1) and the ones httpx recomputes.
-_DROP_REQUEST = frozenset(
-    {
-        "host",
-        "content-length",
-        "connection",
-        "keep-alive",
-        "proxy-connection",
-        "transfer-encoding",
-        "te",
-        "trailer",
-        "upgrade",
-    }
-)
-# The proxy's own server writes its date and server headers; relaying the upstream's too
-# would send each twice.
-_DROP_RESPONSE = frozenset(
-    {
-        "content-length",
-        "connection",
-        "keep-alive",
-        "transfer-encoding",
-        "trailer",
-        "upgrade",
-        "date",
-        "server",
-    }
-)
-REPORT_HEADER = "x-ctxcompact"
 
 UPSTREAM_KEEPALIVE_EXPIRY = 4.0
 """Seconds the proxy keeps an idle upstream connection for reuse: below the 5 s after which
@@ -95,33 +82,47 @@ class ProxySettings:
 class BodyRewriter(Protocol):
     """What the app needs from a rewriter (:class:`~ctxcompact.proxy._rewrite.Rewriter`).
 
-    Each method returns the new body, or ``None`` to forward the original bytes, and the
-    report for the ``x-ctxcompact`` header. The app survives anything they raise.
+    Each ``rewrite_*`` method returns the new body, or ``None`` to forward the original
+    bytes, and the report for the ``x-ctxcompact`` header; ``caller`` is whose originals the
+    request's are in the store (:func:`~ctxcompact.proxy._callers.caller_namespace`). The app
+    survives anything they raise.
     """
 
-    async def rewrite_openai(self, body: Body) -> tuple[Body | None, RewriteReport]: ...
+    @property
+    def strategy_name(self) -> str:
+        """The triggered strategy's name (reports and the start-up line)."""
+        ...
 
-    async def rewrite_anthropic(self, body: Body) -> tuple[Body | None, RewriteReport]: ...
+    @property
+    def transform_names(self) -> tuple[str, ...]:
+        """The per-request transforms' names (the start-up line)."""
+        ...
 
-    async def rewrite_responses(self, body: Body) -> tuple[Body | None, RewriteReport]: ...
+    async def rewrite_openai(
+        self, body: Body, *, caller: str | None = None
+    ) -> tuple[Body | None, RewriteReport]: ...
+
+    async def rewrite_anthropic(
+        self, body: Body, *, caller: str | None = None
+    ) -> tuple[Body | None, RewriteReport]: ...
+
+    async def rewrite_responses(
+        self, body: Body, *, caller: str | None = None
+    ) -> tuple[Body | None, RewriteReport]: ...
 
 
-class _BodyTooLarge(Exception):
-    pass
+@runtime_checkable
+class _Closable(Protocol):
+    def close(self) -> None: ...
 
 
-class _ClientGone(Exception):
-    pass
+@runtime_checkable
+class _AsyncClosable(Protocol):
+    async def aclose(self) -> None: ...
 
 
-def build_app(
-    rewriter: BodyRewriter,
-    settings: ProxySettings,
-    *,
-    client: httpx.AsyncClient | None = None,
-    retry: ContextRetry | None = None,
-) -> Starlette:
-    """An ASGI app that compacts chat requests and forwards everything to the upstreams.
+class ProxyApp:
+    """The proxy: one method per route, and a lifespan that closes what the proxy owns.
 
     Args:
         rewriter: Decides what happens to each chat request.
@@ -129,157 +130,100 @@ def build_app(
         client: The pooled HTTP client for upstream calls; one is created (and closed on
             shutdown) when not given.
         retry: Compacts and resends chat requests the upstream refuses as too long.
+        recall: Answers the model's recall calls on requests that went out with the recall
+            tool (the rewriter offers it; ``[store] recall``).
+        owned_store: A store the proxy opened (``[store]``): closed on shutdown.
+        owned_models: Models the proxy built (the summarizer): closed on shutdown.
+
+    Example:
+        >>> from ctxcompact import CompactionController
+        >>> from ctxcompact.proxy._rewrite import Rewriter
+        >>> from ctxcompact.strategies import ToolResultHiding
+        >>> controller = CompactionController(ToolResultHiding(), max_context_size=100_000)
+        >>> settings = ProxySettings("http://127.0.0.1:9/v1", "http://127.0.0.1:9")
+        >>> app = ProxyApp(Rewriter(controller), settings).asgi()
+        >>> [route.path for route in app.routes][:2]
+        ['/v1/chat/completions', '/chat/completions']
     """
-    owned = client is None
-    limits = httpx.Limits(
-        max_connections=100,
-        max_keepalive_connections=20,
-        keepalive_expiry=UPSTREAM_KEEPALIVE_EXPIRY,
-    )  # httpx's defaults but the expiry
-    http = client or httpx.AsyncClient(timeout=httpx.Timeout(settings.timeout), limits=limits)
-    strategy, transforms = _names(rewriter)
 
-    async def chat_completions(request: Request) -> Response:
-        return await _handle(request, "openai")
+    def __init__(
+        self,
+        rewriter: BodyRewriter,
+        settings: ProxySettings,
+        *,
+        client: httpx.AsyncClient | None = None,
+        retry: ContextRetry | None = None,
+        recall: Recall | None = None,
+        owned_store: object | None = None,
+        owned_models: Sequence[object] = (),
+    ) -> None:
+        self.rewriter = rewriter
+        self.settings = settings
+        self.retry = retry
+        self.recall = recall
+        self._owned_store = owned_store
+        self._owned_models = tuple(owned_models)
+        self._owns_client = client is None
+        limits = httpx.Limits(
+            max_connections=100,
+            max_keepalive_connections=20,
+            keepalive_expiry=UPSTREAM_KEEPALIVE_EXPIRY,
+        )  # httpx's defaults but the expiry
+        self.http = client or httpx.AsyncClient(
+            timeout=httpx.Timeout(settings.timeout), limits=limits
+        )
 
-    async def messages(request: Request) -> Response:
-        return await _handle(request, "anthropic")
+    def asgi(self) -> Starlette:
+        """The Starlette app serving these routes (``app.state.rewriter`` is the rewriter)."""
+        routes = [
+            Route("/v1/chat/completions", self.chat_completions, methods=["POST"]),
+            Route("/chat/completions", self.chat_completions, methods=["POST"]),
+            Route("/v1/messages", self.messages, methods=["POST"]),
+            Route("/v1/responses", self.responses, methods=["POST"]),
+            Route("/responses", self.responses, methods=["POST"]),
+            Route("/{path:path}", self.passthrough, methods=_ANY_METHOD),
+        ]
+        app = Starlette(routes=routes, lifespan=self.lifespan)
+        app.state.rewriter = self.rewriter  # what decides, for introspection and tests
+        return app
 
-    async def responses(request: Request) -> Response:
-        return await _handle(request, "responses")
+    # -- the routes -------------------------------------------------------------------------
 
-    async def passthrough(request: Request) -> Response:
+    async def chat_completions(self, request: Request) -> Response:
+        """``POST /v1/chat/completions``: an OpenAI Chat Completions request."""
+        return await self._handle(request, "openai")
+
+    async def messages(self, request: Request) -> Response:
+        """``POST /v1/messages``: an Anthropic Messages request."""
+        return await self._handle(request, "anthropic")
+
+    async def responses(self, request: Request) -> Response:
+        """``POST /v1/responses``: an OpenAI Responses request."""
+        return await self._handle(request, "responses")
+
+    async def passthrough(self, request: Request) -> Response:
+        """Any other path and method: forwarded as received (to Anthropic when the request
+        looks like Anthropic's, else to OpenAI), after the path is checked."""
         path = normalised_path(request.url.path)
         if path is None:
-            return _error(
+            return error_response(
                 400,
                 "request path leaves the proxy's base path or is ambiguous (percent-encoded "
                 "dot segments or slashes, backslashes, control characters)",
             )
         try:
-            raw = await _read_body(request, settings.max_body_bytes)
-        except _BodyTooLarge:
-            return _too_large(settings.max_body_bytes)
-        except _ClientGone:
-            return _client_gone(request)
-        provider = "anthropic" if _looks_anthropic(request.headers) else "openai"
-        return await _forward(request, provider, path, raw, None)
-
-    async def _handle(request: Request, provider: str) -> Response:
-        try:
-            raw = await _read_body(request, settings.max_body_bytes)
-        except _BodyTooLarge:
-            return _too_large(settings.max_body_bytes)
-        except _ClientGone:
-            return _client_gone(request)
-        try:
-            check_charset(request.headers.get("content-type"))
-            body = parse_body(raw)
-        except BodyError as exc:
-            return _error(400, exc.reason)
-        # Whose store namespace, for the rewriter: a hash of every credential the request
-        # carries (headers and query), or one of its own when it carries none.
-        query = request.scope["query_string"].decode("latin-1")
-        CALLER.set(caller_namespace(request.headers.items(), query))
-        out, report = await _rewrite(request, provider, body, raw)
-        # Never the headers: they carry the API key.
-        logger.info("%s %s %s", request.method, request.url.path, safe_report_header(report))
-        if report.error:
-            logger.debug(
-                "%s %s error detail: %.500s", request.method, request.url.path, report.error
-            )
-        recall: Recall | None = getattr(rewriter, "recall", None)
-        if report.recall_namespace is None:
-            recall = None  # the recall tool did not go out: nothing to answer
-        return await _forward(request, provider, request.url.path, out, report, recall)
-
-    async def _rewrite(
-        request: Request, provider: str, body: Body, raw: bytes
-    ) -> tuple[bytes, RewriteReport]:
-        # Fail-open: whatever the rewriter or the encoder raises (a RecursionError on a deep
-        # body included), the request goes out as it came in.
-        stage = "rewriting"
-        report: RewriteReport | None = None
-        try:
-            if provider == "openai":
-                new_body, report = await rewriter.rewrite_openai(body)
-            elif provider == "responses":
-                new_body, report = await rewriter.rewrite_responses(body)
-            else:
-                new_body, report = await rewriter.rewrite_anthropic(body)
-            if new_body is None:
-                return raw, report
-            stage = "encoding"
-            return encode_body(new_body, dumps), report
-        except Exception as exc:
-            reason = f"{stage} raised {type(exc).__name__}"
-            logger.warning(
-                "%s %s: %s; forwarding the request unchanged",
-                request.method,
-                request.url.path,
-                reason,
-            )
-            logger.debug("%s %s detail: %.500s", request.method, request.url.path, exc)
-            if report is None:
-                return raw, RewriteReport("failed", strategy, 0, 0, 0, 0, f"proxy {reason}")
-            # The rewriter's counts stand for the request as received, which is what goes out.
-            unsent = dataclasses.replace(
-                report,
-                action="failed",
-                tokens_after=report.tokens_before,
-                messages_after=report.messages_before,
-                error="; ".join(filter(None, [report.error, f"proxy {reason}"])),
-                recall_namespace=None,  # the recall tool went out with the rewrite
-            )
-            return raw, unsent
-
-    async def _forward(
-        request: Request,
-        provider: str,
-        path: str,
-        content: bytes,
-        report: RewriteReport | None,
-        recall: Recall | None = None,
-    ) -> Response:
-        """Send the request upstream and relay the answer: the one way out, the recall path
-        included, so both refuse, time out and break off alike."""
-        url = _upstream_url(settings, provider, path, request.url.query)
-        shown = display_url(url)
-        headers = {k: v for k, v in request.headers.items() if k.lower() not in _DROP_REQUEST}
-        try:
-            upstream_request = http.build_request(
-                request.method, url, headers=headers, content=content
-            )
-        except (httpx.InvalidURL, ValueError):  # UnicodeEncodeError: a non-ASCII header value
-            return _error(400, "request path, query or headers cannot be forwarded", report)
-        try:
-            upstream = await http.send(upstream_request, stream=True)
-        except httpx.TimeoutException as exc:
-            logger.warning("upstream %s timed out: %s", shown, type(exc).__name__)
-            return _error(504, f"upstream {shown} timed out: {type(exc).__name__}", report)
-        except httpx.HTTPError as exc:
-            logger.warning("upstream %s unreachable: %s", shown, type(exc).__name__)
-            logger.debug("upstream %s detail: %.500s", shown, exc)
-            return _error(502, f"upstream unreachable: {type(exc).__name__} at {shown}", report)
-
-        async def resend(body: bytes) -> httpx.Response:
-            again = http.build_request(request.method, url, headers=headers, content=body)
-            return await http.send(again, stream=True)
-
-        if recall is not None and report is not None:
-            return await recall.respond(upstream, resend, provider, content, report, shown)
-        chunks = None
-        if retry is not None and report is not None:
-            answer = await retry.answer(upstream, provider, content, report, resend)
-            upstream, report, chunks = answer.upstream, answer.report, answer.chunks
-        drop = _DROP_RESPONSE if chunks is None else _DROP_RESPONSE | {"content-encoding"}
-        response_headers = {k: v for k, v in upstream.headers.items() if k.lower() not in drop}
-        if report is not None:
-            response_headers[REPORT_HEADER] = safe_report_header(report)
-        return Relay(upstream, shown, response_headers, chunks)
+            raw = await read_body(request, self.settings.max_body_bytes)
+        except BodyTooLarge:
+            return too_large(self.settings.max_body_bytes)
+        except ClientGone:
+            return client_gone(request)
+        provider = "anthropic" if looks_anthropic(request.headers) else "openai"
+        return await self._forward(request, provider, path, raw, None)
 
     @contextlib.asynccontextmanager
-    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+    async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
+        """Start-up: the access-log filter and one line naming what is configured.
+        Shutdown: close the upstream client, the models and the store the proxy owns."""
         # Served by uvicorn, its access log would print each query string (where Azure and
         # Gemini clients may put their key). Added once per process, never removed: another
         # app of this proxy may still be serving.
@@ -289,124 +233,163 @@ def build_app(
         logger.info(
             "ctxcompact proxy: OpenAI upstream %s, Anthropic upstream %s, strategy %s, "
             "transforms %s",
-            display_url(settings.openai_base_url),
-            display_url(settings.anthropic_base_url),
-            strategy,
-            transforms,
+            display_url(self.settings.openai_base_url),
+            display_url(self.settings.anthropic_base_url),
+            self.rewriter.strategy_name,
+            ", ".join(self.rewriter.transform_names) or "none",
         )
         try:
             yield
         finally:
-            if owned:
-                await http.aclose()
+            if self._owns_client:
+                await self.http.aclose()
+            for model in self._owned_models:
+                if isinstance(model, _AsyncClosable):
+                    await model.aclose()
+            if isinstance(self._owned_store, _Closable):
+                self._owned_store.close()
 
-    routes = [
-        Route("/v1/chat/completions", chat_completions, methods=["POST"]),
-        Route("/chat/completions", chat_completions, methods=["POST"]),
-        Route("/v1/messages", messages, methods=["POST"]),
-        Route("/v1/responses", responses, methods=["POST"]),
-        Route("/responses", responses, methods=["POST"]),
-        Route(
-            "/{path:path}",
-            passthrough,
-            methods=["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"],
-        ),
-    ]
-    app = Starlette(routes=routes, lifespan=lifespan)
-    app.state.rewriter = rewriter  # what decides, for introspection and tests
-    return app
+    # -- one chat request -------------------------------------------------------------------
+
+    async def _handle(self, request: Request, provider: str) -> Response:
+        try:
+            raw = await read_body(request, self.settings.max_body_bytes)
+        except BodyTooLarge:
+            return too_large(self.settings.max_body_bytes)
+        except ClientGone:
+            return client_gone(request)
+        try:
+            check_charset(request.headers.get("content-type"))
+            body = parse_body(raw)
+        except BodyError as exc:
+            return error_response(400, exc.reason)
+        # Whose store namespace: a hash of every credential the request carries (headers
+        # and query), or one of its own when it carries none.
+        query = request.scope["query_string"].decode("latin-1")
+        caller = caller_namespace(request.headers.items(), query)
+        out, report = await self._rewrite(request, provider, body, raw, caller)
+        # Never the headers: they carry the API key.
+        logger.info("%s %s %s", request.method, request.url.path, report.header())
+        if report.problems:
+            logger.debug(
+                "%s %s error detail: %.500s", request.method, request.url.path, report.error
+            )
+        # The recall tool went out: its calls are answered (else nothing to answer).
+        recall = self.recall if report.recall_namespace is not None else None
+        return await self._forward(request, provider, request.url.path, out, report, recall)
+
+    async def _rewrite(
+        self, request: Request, provider: str, body: Body, raw: bytes, caller: str
+    ) -> tuple[bytes, RewriteReport]:
+        # Fail-open: whatever the rewriter or the encoder raises (a RecursionError on a deep
+        # body included), the request goes out as it came in.
+        stage: ProblemKind = "proxy_rewriting_raised"
+        report: RewriteReport | None = None
+        try:
+            if provider == "openai":
+                new_body, report = await self.rewriter.rewrite_openai(body, caller=caller)
+            elif provider == "responses":
+                new_body, report = await self.rewriter.rewrite_responses(body, caller=caller)
+            else:
+                new_body, report = await self.rewriter.rewrite_anthropic(body, caller=caller)
+            if new_body is None:
+                return raw, report
+            stage = "proxy_encoding_raised"
+            return encode_body(new_body, dumps), report
+        except Exception as exc:
+            problem = Problem.raised(stage, exc)
+            logger.warning(
+                "%s %s: %s; forwarding the request unchanged",
+                request.method,
+                request.url.path,
+                problem.shown.removeprefix("proxy "),
+            )
+            logger.debug("%s %s detail: %.500s", request.method, request.url.path, exc)
+            if report is None:
+                name = self.rewriter.strategy_name
+                return raw, RewriteReport("failed", name, 0, 0, 0, 0, (problem,))
+            # The rewriter's counts stand for the request as received, which is what goes out.
+            unsent = dataclasses.replace(
+                report,
+                action="failed",
+                tokens_after=report.tokens_before,
+                messages_after=report.messages_before,
+                problems=(*report.problems, problem),
+                recall_namespace=None,  # the recall tool went out with the rewrite
+            )
+            return raw, unsent
+
+    async def _forward(
+        self,
+        request: Request,
+        provider: str,
+        path: str,
+        content: bytes,
+        report: RewriteReport | None,
+        recall: Recall | None = None,
+    ) -> Response:
+        """Send the request upstream and relay the answer: the one way out, the recall path
+        included, so both refuse, time out and break off alike."""
+        http = self.http
+        url = upstream_url(self.settings, provider, path, request.url.query)
+        shown = display_url(url)
+        headers = {k: v for k, v in request.headers.items() if k.lower() not in DROP_REQUEST}
+        try:
+            upstream_request = http.build_request(
+                request.method, url, headers=headers, content=content
+            )
+        except (httpx.InvalidURL, ValueError):  # UnicodeEncodeError: a non-ASCII header value
+            return error_response(400, "request path, query or headers cannot be forwarded", report)
+        try:
+            upstream = await http.send(upstream_request, stream=True)
+        except httpx.TimeoutException as exc:
+            logger.warning("upstream %s timed out: %s", shown, type(exc).__name__)
+            return error_response(504, f"upstream {shown} timed out: {type(exc).__name__}", report)
+        except httpx.HTTPError as exc:
+            logger.warning("upstream %s unreachable: %s", shown, type(exc).__name__)
+            logger.debug("upstream %s detail: %.500s", shown, exc)
+            return error_response(
+                502, f"upstream unreachable: {type(exc).__name__} at {shown}", report
+            )
+
+        async def resend(body: bytes) -> httpx.Response:
+            again = http.build_request(request.method, url, headers=headers, content=body)
+            return await http.send(again, stream=True)
+
+        if recall is not None and report is not None:
+            return await recall.respond(upstream, resend, provider, content, report, shown)
+        chunks = None
+        if self.retry is not None and report is not None:
+            answer = await self.retry.answer(upstream, provider, content, report, resend)
+            upstream, report, chunks = answer.upstream, answer.report, answer.chunks
+        drop = DROP_RESPONSE if chunks is None else DROP_RESPONSE | {"content-encoding"}
+        response_headers = {k: v for k, v in upstream.headers.items() if k.lower() not in drop}
+        if report is not None:
+            response_headers[REPORT_HEADER] = report.header()
+        return Relay(upstream, shown, response_headers, chunks)
 
 
-def _names(rewriter: object) -> tuple[str, str]:
-    """The strategy's name and the transforms' names, for the startup line and reports."""
-    # The rewriter holds them itself, or on the controller it delegates to.
-    holder = getattr(rewriter, "controller", rewriter)
-    strategy = getattr(holder, "strategy", None)
-    transforms = getattr(holder, "transforms", ())
-    return (
-        strategy_name(strategy) if strategy is not None else "unknown",
-        ", ".join(strategy_name(t) for t in transforms) or "none",
-    )
+_ANY_METHOD = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]
 
 
-async def _read_body(request: Request, limit: int) -> bytes:
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise _BodyTooLarge
-    chunks: list[bytes] = []
-    size = 0
-    try:
-        async for chunk in request.stream():
-            size += len(chunk)
-            if size > limit:
-                raise _BodyTooLarge
-            chunks.append(chunk)
-    except ClientDisconnect:
-        raise _ClientGone from None
-    return b"".join(chunks)
-
-
-def _client_gone(request: Request) -> Response:
-    # Nobody will read this answer; it only ends the request without a traceback.
-    logger.info(
-        "%s %s: the client disconnected before sending the whole body",
-        request.method,
-        shown_path(request.url.path),
-    )
-    return _error(400, "the client disconnected before sending the whole body")
-
-
-def _looks_anthropic(headers: Mapping[str, str]) -> bool:
-    return "anthropic-version" in headers or "x-api-key" in headers
-
-
-def normalised_path(path: str) -> str | None:
-    """``path`` with its dot segments resolved, or ``None`` when it must be refused.
-
-    Refused: a path that climbs above the root (so, once appended to an upstream base URL,
-    it would leave the base path), a segment that still decodes to a dot segment or a slash
-    (``%2e%2e`` sent percent-encoded twice), a backslash (which some servers take for a
-    slash) and control characters.
-
-    Example:
-        >>> normalised_path("/v1/./models"), normalised_path("/v1/../../admin/keys")
-        ('/v1/models', None)
-    """
-    if "\\" in path or any(ord(c) < 0x20 or ord(c) == 0x7F for c in path):
-        return None
-    kept: list[str] = []
-    for segment in path.split("/")[1:]:
-        decoded = unquote(unquote(segment))
-        if decoded != segment and (decoded in (".", "..") or "/" in decoded or "\\" in decoded):
-            return None
-        if segment == ".":
-            continue
-        if segment == "..":
-            if not kept:
-                return None
-            kept.pop()
-            continue
-        kept.append(segment)
-    return "/" + "/".join(kept)
-
-
-def _upstream_url(settings: ProxySettings, provider: str, path: str, query: str) -> str:
-    if provider == "anthropic":
-        url = settings.anthropic_base_url.rstrip("/") + path
-    else:
-        # The OpenAI base URL conventionally ends in /v1; the client's path starts with it.
-        base = settings.openai_base_url.rstrip("/")
-        if base.endswith("/v1") and path.startswith("/v1/"):
-            path = path[3:]
-        url = base + path
-    return f"{url}?{query}" if query else url
-
-
-def _error(status: int, message: str, report: RewriteReport | None = None) -> Response:
-    headers = {REPORT_HEADER: safe_report_header(report)} if report is not None else None
-    body: Body = {"error": {"type": "ctxcompact_proxy_error", "message": message}}
-    return JSONResponse(body, status_code=status, headers=headers)
-
-
-def _too_large(limit: int) -> Response:
-    return _error(413, f"request body is larger than the proxy's limit of {limit} bytes")
+def build_app(
+    rewriter: BodyRewriter,
+    settings: ProxySettings,
+    *,
+    client: httpx.AsyncClient | None = None,
+    retry: ContextRetry | None = None,
+    recall: Recall | None = None,
+    owned_store: object | None = None,
+    owned_models: Sequence[object] = (),
+) -> Starlette:
+    """An ASGI app that compacts chat requests and forwards everything to the upstreams:
+    :meth:`ProxyApp.asgi` (see :class:`ProxyApp` for the arguments)."""
+    return ProxyApp(
+        rewriter,
+        settings,
+        client=client,
+        retry=retry,
+        recall=recall,
+        owned_store=owned_store,
+        owned_models=owned_models,
+    ).asgi()

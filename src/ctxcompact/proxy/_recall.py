@@ -16,10 +16,8 @@ content-block indices continue the first answer's).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
-from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 import httpx
@@ -32,54 +30,24 @@ from ..store._recall import (
     recall_tool_spec_openai,
 )
 from ._recall_stream import StreamState, sse_events
-from ._redact import safe_report_header
 from ._relay import Relay
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable, Callable
 
-    from starlette.applications import Starlette
-
     from ..store._records import OriginalsStore
     from ._rewrite import RewriteReport
 
-__all__ = [
-    "CALLER",
-    "MAX_RECALL_ROUNDS",
-    "Recall",
-    "close_on_shutdown",
-]
+__all__ = ["MAX_RECALL_ROUNDS", "Recall"]
 
 logger = logging.getLogger("ctxcompact.proxy")
 
 MAX_RECALL_ROUNDS = 3
 """Recall rounds per client request at most; past it the answer goes to the client as is."""
 
-CALLER: ContextVar[str] = ContextVar("ctxcompact_proxy_caller")
-"""The namespace of the request being handled: set by the app for every request
-(:func:`~ctxcompact.proxy._callers.caller_namespace`), read by the rewriter. No default: a
-rewriter used outside the app falls back to its controller's own ``store_namespace``."""
-
 Body = dict[str, Any]
 _HOP = frozenset({"content-length", "content-encoding", "transfer-encoding", "connection"})
 _HOP |= {"keep-alive", "trailer", "upgrade", "date", "server"}
-
-
-def close_on_shutdown(app: Starlette, store: OriginalsStore) -> None:
-    """Close ``store`` (the one the proxy opened from ``[store]``) when ``app`` shuts down."""
-    inner = app.router.lifespan_context
-
-    @contextlib.asynccontextmanager
-    async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        async with inner(app):
-            try:
-                yield
-            finally:
-                close = getattr(store, "close", None)
-                if callable(close):
-                    close()
-
-    app.router.lifespan_context = lifespan
 
 
 class Recall:
@@ -136,7 +104,7 @@ class Recall:
         the final answer is returned. An upstream that breaks off or stalls mid-answer cuts
         the client off (:class:`~ctxcompact.proxy._relay.Relay`), as on the plain path.
         """
-        extra = {"x-ctxcompact": safe_report_header(report)}
+        extra = {"x-ctxcompact": report.header()}
         namespace = report.recall_namespace
         if namespace is None:  # the tool did not go out: relayed as on the plain path
             return Relay(upstream, shown_url, _headers(upstream, extra), upstream.aiter_bytes())

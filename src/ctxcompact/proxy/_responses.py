@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from .._controller.problems import Problem
 from .._formats.responses import from_responses, to_responses
 
 if TYPE_CHECKING:
@@ -24,17 +25,17 @@ __all__ = ["responses_codec"]
 
 Body = dict[str, Any]
 
-STRING_INPUT = "input is a string: nothing to compact"
-NO_INPUT = "body has no 'input' list"
+STRING_INPUT = Problem.fixed("string_input", "input is a string: nothing to compact")
+NO_INPUT = Problem.fixed("no_input")
 
 
 def responses_codec(
     body: Body,
-) -> tuple[Callable[[], list[Message]], Callable[[Sequence[Message]], Body]] | str:
+) -> tuple[Callable[[], list[Message]], Callable[[Sequence[Message]], Body]] | Problem:
     """How to read ``body``'s conversation and write a rewritten one back into a copy.
 
     Returns:
-        ``(decode, encode)``, or the fixed reason the body is forwarded as received.
+        ``(decode, encode)``, or why the body is forwarded as received.
 
     Example:
         >>> body = {"instructions": "Be brief.", "input": [{"role": "user", "content": "hi"}]}

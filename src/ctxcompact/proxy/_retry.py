@@ -24,8 +24,9 @@ from typing import TYPE_CHECKING
 import httpx
 
 from .._contract.protocols import CompactionContext
+from .._controller.problems import Problem
 from .._history.validate import check_history
-from .._tokens.windows import parse_context_error
+from .._tokens.windows import parse_context_error, says_context_too_long
 from ..strategies._guard import ContextGuard
 from ._json import BodyError, parse_body
 from ._rewrite import RewriteReport, codec, dumps, max_output_tokens
@@ -53,15 +54,13 @@ ERROR_BODY_LIMIT = 64 * 1024
 FRACTIONS = (0.8, 0.6)
 """Shares of the window the request is cut to before the first and the second retry."""
 
-_MARKERS = ("context_length_exceeded", "maximum context length", "prompt is too long")
-
 
 def is_context_error(status: int, text: str) -> bool:
     """Whether an upstream answer says the prompt is over the model's window.
 
-    Any 413; a 400 whose body has OpenAI's ``context_length_exceeded`` code, "maximum
-    context length", Anthropic's "prompt is too long", or a wording
-    :func:`~ctxcompact.parse_context_error` reads a window from.
+    Any 413; a 400 whose body says so (:func:`~ctxcompact._tokens.windows.says_context_too_long`:
+    OpenAI's ``context_length_exceeded`` code, Anthropic's "prompt is too long", a wording
+    :func:`~ctxcompact.parse_context_error` reads a window from...).
 
     Example:
         >>> is_context_error(400, '{"error": {"code": "context_length_exceeded"}}')
@@ -73,8 +72,7 @@ def is_context_error(status: int, text: str) -> bool:
         return True
     if status != 400:
         return False
-    lowered = text.lower()
-    return any(m in lowered for m in _MARKERS) or parse_context_error(text) is not None
+    return says_context_too_long(text)
 
 
 @dataclass(frozen=True, slots=True)
@@ -193,7 +191,7 @@ class ContextRetry:
         """``body`` with its history cut to ``budget`` tokens, its token and message counts;
         ``None`` when the guard cannot or need not cut it."""
         found = codec(provider, body)
-        if isinstance(found, str) or budget < 1:
+        if isinstance(found, Problem) or budget < 1:
             return None
         decode, encode = found
         try:

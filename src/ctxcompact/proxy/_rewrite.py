@@ -16,9 +16,9 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 
 from .._controller.controller import CompactionController, ControllerState
 from .._controller.events import strategy_name
+from .._controller.problems import Problem
 from .._formats.anthropic import from_anthropic, to_anthropic
 from .._formats.openai_chat import from_openai, to_openai
-from ._recall import CALLER
 from ._responses import responses_codec
 from ._reuse import remember_rewrite, reuse_rewrites
 
@@ -27,12 +27,15 @@ if TYPE_CHECKING:
 
     from .._history.messages import Message
     from ._recall import Recall
+    from ._windows import ModelWindows
 
 __all__ = ["Codec", "RewriteReport", "Rewriter", "codec", "max_output_tokens"]
 
 logger = logging.getLogger("ctxcompact.proxy")
 
 Body = dict[str, Any]
+
+NO_MESSAGES = Problem.fixed("no_messages")
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,8 +51,9 @@ class RewriteReport:
         strategy: The strategy's class name.
         tokens_before: Estimated prompt tokens of the request as received.
         tokens_after: Estimated prompt tokens of the request as forwarded.
-        error: What went wrong: why nothing was done (``skipped``, ``failed``), and any
-            transform that raised and was skipped (the other transforms still applied).
+        problems: What went wrong, as fields (:class:`~ctxcompact.Problem`): why nothing was
+            done (``skipped``, ``failed``), and any transform that raised and was skipped
+            (the other transforms still applied). The header shows their fields only.
         retried: How many times the request was compacted and sent again after the upstream
             answered that it was over the context window (:mod:`._retry`).
         window: The window those retries compacted against.
@@ -66,7 +70,7 @@ class RewriteReport:
     tokens_after: int
     messages_before: int
     messages_after: int
-    error: str | None = None
+    problems: tuple[Problem, ...] = ()
     retried: int = 0
     window: int | None = None
     recall_namespace: str | None = None
@@ -76,17 +80,35 @@ class RewriteReport:
     without the summary, the cheaper tiers applied), ``failed`` when a call failed as in an
     outage (:attr:`ctxcompact.CompactionEvent.summarizer`)."""
 
+    @property
+    def error(self) -> str | None:
+        """The problems in words, for DEBUG logs: :attr:`Problem.explained
+        <ctxcompact.Problem.explained>` (with exception messages), ``None`` when none."""
+        return "; ".join(p.explained for p in self.problems) or None
+
     def header(self) -> str:
-        """The ``x-ctxcompact`` header value: ``key=value`` pairs separated by ``; ``."""
+        """The ``x-ctxcompact`` header value: ``key=value`` pairs separated by ``; ``.
+
+        ``error=`` gives each problem's fields (:attr:`Problem.shown
+        <ctxcompact.Problem.shown>`: kind, strategy or transform name, exception type name),
+        never an exception's message.
+
+        Example:
+            >>> failed = Problem.raised("strategy_raised", RuntimeError("user said hi"))
+            >>> header = RewriteReport("failed", "S", 9, 9, 2, 2, (failed,)).header()
+            >>> header.split("; ")[-1]
+            'error=strategy raised RuntimeError'
+        """
         parts = [
             f"action={self.action}",
             f"strategy={self.strategy}",
             f"tokens={self.tokens_before}->{self.tokens_after}",
             f"messages={self.messages_before}->{self.messages_after}",
         ]
-        if self.error:
+        if self.problems:
+            shown = "; ".join(dict.fromkeys(p.shown for p in self.problems))
             # Header values must be one line of visible ASCII.
-            safe = " ".join(self.error.split()).encode("ascii", "replace").decode("ascii")
+            safe = " ".join(shown.split()).encode("ascii", "replace").decode("ascii")
             parts.append(f"error={safe[:300]}")
         if self.retried:
             parts.append(f"retried={self.retried}; window={self.window}")
@@ -100,10 +122,12 @@ class Rewriter:
 
     Args:
         controller: Decides when to compact and how; shared by every request (each gets a
-            fresh :class:`~ctxcompact.ControllerState`).
+            fresh :class:`~ctxcompact.ControllerState`). ``None`` with ``per_model`` (no
+            window is configured).
         per_model: When set, picks the controller for the model a request names instead
-            (:class:`~ctxcompact.proxy._windows.ModelWindows`); a string it returns is the
-            reason the request is forwarded unchanged (``skipped``).
+            (:class:`~ctxcompact.proxy._windows.ModelWindows`); a
+            :class:`~ctxcompact.Problem` it returns is why the request is forwarded unchanged
+            (``skipped``).
         recall: Offers the recall tool on Chat Completions and Messages requests it changed
             (``[store] recall``).
         reuse_summaries: With the controller's store, reuse a conversation's earlier
@@ -118,54 +142,82 @@ class Rewriter:
 
     def __init__(
         self,
-        controller: CompactionController,
+        controller: CompactionController | None,
         *,
-        per_model: Callable[[object], CompactionController | str] | None = None,
+        per_model: ModelWindows | None = None,
         recall: Recall | None = None,
         reuse_summaries: bool = False,
     ) -> None:
+        shared = controller if controller is not None else per_model
+        if shared is None:
+            raise TypeError("Rewriter needs a controller or per_model")
         self.controller = controller
         self.per_model = per_model
         self.recall = recall
-        self.reuse_summaries = reuse_summaries and controller.store is not None
+        self.strategy = shared.strategy
+        """The triggered strategy (every window's controller shares it)."""
+        self.reuse_summaries = reuse_summaries and shared.store is not None
 
     @property
     def strategy_name(self) -> str:
         """The triggered strategy's name, as reports give it."""
-        return strategy_name(self.controller.strategy)
+        return strategy_name(self.strategy)
 
-    async def rewrite_openai(self, body: Body) -> tuple[Body | None, RewriteReport]:
-        """Rewrite a Chat Completions body. ``None`` means: forward the original bytes."""
-        return await self._rewrite(body, codec("openai", body), "openai")
+    @property
+    def transform_names(self) -> tuple[str, ...]:
+        """The per-request transforms' names, in order (for the proxy's start-up line); with
+        per-model windows, those every window's controller builds."""
+        if self.controller is not None:
+            return tuple(strategy_name(t) for t in self.controller.transforms)
+        assert self.per_model is not None  # __init__: one or the other
+        return self.per_model.transform_names
 
-    async def rewrite_anthropic(self, body: Body) -> tuple[Body | None, RewriteReport]:
-        """Rewrite a Messages API body. ``None`` means: forward the original bytes."""
-        return await self._rewrite(body, codec("anthropic", body), "anthropic")
+    async def rewrite_openai(
+        self, body: Body, *, caller: str | None = None
+    ) -> tuple[Body | None, RewriteReport]:
+        """Rewrite a Chat Completions body. ``None`` means: forward the original bytes.
 
-    async def rewrite_responses(self, body: Body) -> tuple[Body | None, RewriteReport]:
-        """Rewrite a Responses API body. ``None`` means: forward the original bytes."""
-        return await self._rewrite(body, codec("responses", body), "responses")
+        ``caller`` is whose originals the request's are in the store
+        (:func:`~ctxcompact.proxy._callers.caller_namespace`); ``None``: the controller's
+        ``store_namespace``.
+        """
+        return await self._rewrite(body, codec("openai", body), "openai", caller)
+
+    async def rewrite_anthropic(
+        self, body: Body, *, caller: str | None = None
+    ) -> tuple[Body | None, RewriteReport]:
+        """Rewrite a Messages API body (see :meth:`rewrite_openai`)."""
+        return await self._rewrite(body, codec("anthropic", body), "anthropic", caller)
+
+    async def rewrite_responses(
+        self, body: Body, *, caller: str | None = None
+    ) -> tuple[Body | None, RewriteReport]:
+        """Rewrite a Responses API body (see :meth:`rewrite_openai`)."""
+        return await self._rewrite(body, codec("responses", body), "responses", caller)
 
     async def _rewrite(
-        self, body: Body, found: Codec | str, provider: str
+        self, body: Body, found: Codec | Problem, provider: str, caller: str | None
     ) -> tuple[Body | None, RewriteReport]:
-        if isinstance(found, str):
+        if isinstance(found, Problem):
             return None, self._skipped(found)
         decode, encode = found
-        controller = self.controller
         if self.per_model is not None:
             chosen = self.per_model(body.get("model"))
-            if isinstance(chosen, str):
+            if isinstance(chosen, Problem):
                 return None, self._skipped(chosen)
             controller = chosen
+        else:
+            assert self.controller is not None  # __init__: one or the other
+            controller = self.controller
         max_tokens = max_output_tokens(body)
         name = self.strategy_name
         try:
             history = decode()
         except ValueError as exc:  # FormatError: let the upstream answer the malformed request
-            return None, self._skipped(f"messages not understood: {type(exc).__name__}")
+            return None, self._skipped(Problem.raised("unreadable_messages", exc))
         counter = controller.token_counter
-        store, namespace = controller.store, CALLER.get(controller.store_namespace)
+        store = controller.store
+        namespace = caller if caller is not None else controller.store_namespace
         # per request: the proxy keeps nothing between requests (but what the store keeps)
         state = ControllerState(namespace=namespace if store is not None else None)
         received, reused = history, 0
@@ -186,44 +238,31 @@ class Rewriter:
             state=state,
             reserved_context_size=reserved,
         )
-        errors = [f"transform {e}" for e in step.skipped]
+        problems = list(step.transform_problems)
         event = step.event
         summarizer = event.summarizer if event is not None else None
         failed = event is not None and event.status in ("failed", "rejected")
         if failed and event is not None:
-            errors.append(event.error or event.status)
+            problems += event.problems
         if step.compacted and self.reuse_summaries and store is not None:
             remember_rewrite(store, namespace, received, reused, history, step.history)
         request: Sequence[Message] = step.request
         history = received
+        n = len(history)
         if not _differs(request, history):
             action = "failed" if failed else "unchanged"
             return None, RewriteReport(
-                action,
-                name,
-                before,
-                before,
-                len(history),
-                len(history),
-                _join(errors),
-                summarizer=summarizer,
+                action, name, before, before, n, n, tuple(problems), summarizer=summarizer
             )
         try:
             new_body = encode(request)
         except ValueError as exc:
             # A strategy may produce what the request's format cannot say (a system message
             # mid-history has no place in Anthropic's): fail open without it.
-            errors.append(f"the rewritten history cannot be sent in this format: {exc}")
+            problems.append(Problem.raised("cannot_encode", exc, source=name))
             logger.warning("proxy: %s's output cannot be sent in this format", name)
             return None, RewriteReport(
-                "failed",
-                name,
-                before,
-                before,
-                len(history),
-                len(history),
-                _join(errors),
-                summarizer=summarizer,
+                "failed", name, before, before, n, n, tuple(problems), summarizer=summarizer
             )
         compacted = step.compacted or reused
         action = "compacted" if compacted else "failed" if failed else "transformed"
@@ -232,7 +271,7 @@ class Rewriter:
             self.recall is not None
             and store is not None
             and provider != "responses"  # its tools have another shape: not offered there
-            and not step.store_errors
+            and not step.store_problems
         )
         if offered and self.recall is not None:
             new_body = self.recall.offer(new_body, provider)
@@ -241,32 +280,33 @@ class Rewriter:
             name,
             before,
             after,
-            len(history),
+            n,
             len(request),
-            _join(errors),
+            tuple(problems),
             recall_namespace=namespace if offered else None,
             summarizer=summarizer,
         )
 
-    def _skipped(self, why: str) -> RewriteReport:
-        return RewriteReport("skipped", self.strategy_name, 0, 0, 0, 0, why)
+    def _skipped(self, why: Problem) -> RewriteReport:
+        return RewriteReport("skipped", self.strategy_name, 0, 0, 0, 0, (why,))
 
 
 Codec: TypeAlias = "tuple[Callable[[], list[Message]], Callable[[Sequence[Message]], Body]]"
 """``(decode, encode)``: read a body's history; write a history back into a copy of it."""
 
 
-def codec(provider: str, body: Body) -> Codec | str:
+def codec(provider: str, body: Body) -> Codec | Problem:
     """How to read the history of a ``provider`` request body and write one back into a copy.
 
     ``provider`` is ``openai`` (Chat Completions), ``anthropic`` (Messages) or ``responses``.
-    A string is the fixed reason the body is not understood (then it is forwarded as is).
+    A :class:`~ctxcompact.Problem` says why the body is not understood (then it is forwarded
+    as is).
     """
     if provider == "responses":
         return responses_codec(body)
     raw = body.get("messages")
     if not isinstance(raw, list):
-        return "body has no 'messages' list"
+        return NO_MESSAGES
     if provider == "openai":
         return (lambda: from_openai(raw)), (lambda h: {**body, "messages": to_openai(h)})
 
@@ -279,10 +319,6 @@ def codec(provider: str, body: Body) -> Codec | str:
         return out
 
     return (lambda: from_anthropic(raw, system=body.get("system"))), encode
-
-
-def _join(errors: list[str]) -> str | None:
-    return "; ".join(errors) or None
 
 
 def max_output_tokens(body: Body) -> int | None:

@@ -160,7 +160,11 @@ class HidingThenSummary:
             logger.debug("summary after hiding skipped: the summarizer is unavailable")
             return hidden
         except (LLMError, SummaryRejectedError) as exc:
-            logger.warning("summary after hiding failed, keeping the hidden history: %s", exc)
+            # The type only: a provider's error text can echo the conversation.
+            logger.warning(
+                "summary after hiding failed (%s), keeping the hidden history", type(exc).__name__
+            )
+            logger.debug("summary after hiding failed: %s", exc)
             return hidden
         return hidden if summarized is None else summarized
 

@@ -29,7 +29,7 @@ from ..exceptions import (
     LLMRequiredError,
     SummaryRejectedError,
 )
-from ..kit import check_int, options_repr
+from ..kit import MAX_CHARS_PER_TOKEN, check_int, options_repr
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -115,7 +115,6 @@ MAX_GARBAGE_FRACTION = 0.05
 tab and newlines), surrogates, private-use characters or U+FFFD."""
 
 _GARBAGE = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\ud800-\udfff\ue000-\uf8ff\ufffd]")
-_MAX_CHARS_PER_TOKEN = 16  # no real text packs more: a longer summary is too long uncounted
 
 _TRUNCATED_MARKER = "\n\n[summary truncated: the summarizer reached its output limit]"
 _SHORTER = (
@@ -316,7 +315,11 @@ class LLMSummary:
         except ContextTooLongError as exc:
             # Half of what was sent, not of the budget: the model's real window may be smaller.
             sent = sum(counter.count_message(Message.user(t)) for t in fitted)
-            logger.warning("summarizer input too long (%s); retrying with half the input", exc)
+            # The type only: a provider's error text can echo the transcript.
+            logger.warning(
+                "summarizer input too long (%s); retrying with half the input", type(exc).__name__
+            )
+            logger.debug("summarizer input too long: %s", exc)
             request = _request(_fit(items, max(_MIN_ITEM_TOKENS, sent // 2), counter), instructions)
             completion = await self._complete(llm, request, out)
         text = _answer_text(completion)
@@ -620,7 +623,7 @@ def check_summary(
         raise refuse("not_text", f"the answer is a {type(text).__name__}, not text")
     if not text.strip():
         raise refuse("empty", "the answer has no text")
-    if len(text) > _MAX_CHARS_PER_TOKEN * max_tokens:
+    if len(text) > MAX_CHARS_PER_TOKEN * max_tokens:  # too long, uncounted
         raise refuse("too_long", f"{len(text)} characters, the limit is ~{max_tokens} tokens")
     # What the model wrote: without our prefix, our truncation note and the message overhead.
     written = counter.count_message(Message.user(text.removesuffix(_TRUNCATED_MARKER)))
