@@ -10,7 +10,6 @@ import pytest
 from ctxcompact import CompactionController, Message, Problem, load_strategy
 from ctxcompact.exceptions import (
     ArgumentError,
-    CliError,
     CompactionError,
     MissingArgumentError,
     PricingError,
@@ -20,7 +19,6 @@ from ctxcompact.exceptions import (
 )
 from ctxcompact.kit import batched_boundary
 from ctxcompact.llm import CircuitBreakerLLM
-from ctxcompact.proxy._rewrite import RewriteReport
 from ctxcompact.replay import Pricing, provider
 from ctxcompact.testing import FunctionStrategy, ScriptedLLM
 
@@ -43,26 +41,6 @@ def test_what_a_problem_shows_comes_from_its_fields_never_from_the_exception(kin
 def test_the_kinds_are_the_closed_set_headers_know() -> None:
     assert len(KINDS) == 17
     assert {"strategy_raised", "output_rejected", "circuit_open", "store_failed"} <= set(KINDS)
-
-
-def test_a_name_cannot_forge_a_header_field() -> None:
-    forged = Problem.raised("transform_raised", KeyError("x"), source="t; action=compacted\nX")
-    header = RewriteReport("transformed", "S", 9, 8, 2, 2, (forged,)).header()
-    assert header.count("action=") == 1
-    assert "\n" not in header
-    assert header.endswith("error=transform t__action_compacted_X raised KeyError")
-
-
-def test_the_header_lists_each_problem_once_in_order() -> None:
-    transform = Problem.raised("transform_raised", ValueError(SECRET), source="a")
-    failed = Problem.raised("strategy_raised", RuntimeError(SECRET), source="S")
-    circuit = Problem.fixed("circuit_open", "circuit now open after 3 ...", count=3)
-    report = RewriteReport("failed", "S", 9, 9, 2, 2, (transform, transform, failed, circuit))
-    assert report.header().split("error=")[1] == (
-        "transform a raised ValueError; strategy raised RuntimeError; circuit open after 3 failures"
-    )
-    assert report.error is not None
-    assert SECRET in report.error
 
 
 async def test_a_failed_event_carries_the_fields_and_the_legacy_sentence() -> None:
@@ -126,16 +104,6 @@ def test_a_missing_argument_names_both_and_is_still_a_type_error() -> None:
     assert isinstance(info.value, MissingArgumentError)
     assert isinstance(info.value, UserError)
     assert (info.value.argument, info.value.needed_by) == ("unit_tokens", "clear_at_least")
-
-
-def test_a_cli_error_is_a_user_error_with_the_file() -> None:
-    from ctxcompact.cli._io import read_conversation
-
-    with pytest.raises(CliError) as info:
-        read_conversation("/no/such/file.json")
-    assert isinstance(info.value, UserError)
-    assert info.value.path == "/no/such/file.json"
-    assert str(info.value) == "/no/such/file.json: no such file"
 
 
 @pytest.mark.parametrize(

@@ -19,6 +19,7 @@ import re
 import sys
 from pathlib import Path
 from types import ModuleType
+from typing import TypeVar
 
 import pytest
 
@@ -63,7 +64,7 @@ def exported_names(module: ModuleType) -> set[str]:
 
     What a module imports is its own business (PEP 8; mypy's ``no_implicit_reexport``) unless
     its ``__all__`` lists it, as the package facades do. A module-level ``logger`` is a logger,
-    not an API (logging's convention).
+    not an API (logging's convention), and a ``TypeVar`` serves the module's own signatures.
     """
     tree = ast.parse(inspect.getsource(module))
     names: set[str] = set()
@@ -76,7 +77,9 @@ def exported_names(module: ModuleType) -> set[str]:
                     names.add(target.id)
         elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
             names.add(node.target.id)
-    return {n for n in names if not n.startswith("_") and n != "logger"}
+    public = {n for n in names if not n.startswith("_") and n != "logger"}
+    # A module-level TypeVar is typing plumbing for its own signatures, not an export.
+    return {n for n in public if not isinstance(getattr(module, n, None), TypeVar)}
 
 
 def ruff_order(name: str) -> tuple[int, list[object]]:

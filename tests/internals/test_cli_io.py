@@ -21,6 +21,7 @@ from ctxcompact.cli._io import (
     write_conversation,
 )
 from ctxcompact.cli._setup import parse_params
+from ctxcompact.exceptions import UserError
 from tests.helpers.traces import load_trace, trace_paths
 
 TAU = "taubench-gpt4o-airline__task3_trial0"
@@ -208,3 +209,11 @@ def test_config_mistakes_exit_2_naming_the_file_and_key(
     config.write_text("[compaction]\nmax_context_size = 1000\nreserved_context_size = 10\n")
     assert main(["replay", "--config", str(config), "--reserved", "5000"]) == 2
     assert "--reserved (5,000) must be below --max-context-size (1,000)" in capsys.readouterr().err
+
+
+def test_a_cli_error_is_a_user_error_with_the_file() -> None:
+    with pytest.raises(CliError) as info:
+        read_conversation("/no/such/file.json")
+    assert isinstance(info.value, UserError)
+    assert info.value.path == "/no/such/file.json"
+    assert str(info.value) == "/no/such/file.json: no such file"

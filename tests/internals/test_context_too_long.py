@@ -1,5 +1,8 @@
 """One list of context-too-long wordings: the LLM adapters and the proxy's compact-and-retry
-tell the same answers apart (they had drifted: 5 wordings in one, 3 in the other)."""
+tell the same answers apart (they had drifted: 5 wordings in one, 3 in the other).
+
+White-box: the proxy side is its private ``is_context_error``, asked directly with each
+wording; the adapters are asked through the real SDK over HTTP."""
 
 from __future__ import annotations
 

@@ -1,5 +1,8 @@
 """The proxy app as a class: the caller reaches the rewriter as an argument, and the app's own
-lifespan closes what the proxy owns. Over real HTTP on loopback."""
+lifespan closes what the proxy owns. Over real HTTP on loopback.
+
+White-box: the app is built with the private ``build_app`` around a stand-in rewriter that
+records the caller it is given, which ``create_app`` (the public door) does not let in."""
 
 from __future__ import annotations
 

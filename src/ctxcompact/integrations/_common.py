@@ -56,9 +56,9 @@ def controller_for(
 
     Example:
         >>> from ctxcompact.strategies import ToolResultHiding
-        >>> built = controller_for("f", ToolResultHiding(), None, {"max_context_size": 9_000})
+        >>> built = controller_for("f", ToolResultHiding(), None, {"max_context_size": 90_000})
         >>> built.max_context_size
-        9000
+        90000
     """
     given = [k for k, v in options.items() if v is not None]
     if controller is not None:
