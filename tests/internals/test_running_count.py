@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ctxcompact import HeuristicTokenCounter, Message, from_openai
-from ctxcompact._controller.running_count import RunningCount
+from ctxcompact._controller.state import RunningCount
 from ctxcompact.kit import with_content
 from tests.helpers.gen import user, valid_histories
 from tests.helpers.traces import load_trace, trace_names

@@ -47,7 +47,7 @@ from .events import (
     strategy_name,
 )
 from .problems import Problem, describe_error
-from .running_count import RunningCount
+from .state import RunningCount
 from .store_hook import ProducedMessages, StoreHook
 
 if TYPE_CHECKING:
