@@ -47,8 +47,8 @@ from .events import (
     strategy_name,
 )
 from .problems import Problem, describe_error
-from .state import RunningCount
-from .store_hook import ProducedMessages, StoreHook
+from .state import ControllerState
+from .store_hook import StoreHook
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -102,51 +102,6 @@ def use_config_builder(build: ConfigBuilder) -> None:
     (:mod:`ctxcompact._wiring`) does, when it is imported."""
     global _config_builder
     _config_builder = build
-
-
-class ControllerState:
-    """What one conversation accumulates between calls: token counts and loop guards.
-
-    A controller owns one (``controller.state``) and uses it unless a call passes another,
-    so one controller can serve many conversations at once, each with its own state (the
-    proxy passes a fresh one per request: it is stateless by design).
-
-    Example:
-        >>> state = ControllerState()
-        >>> state.failures, state.retry_at
-        (0, None)
-    """
-
-    __slots__ = (
-        "count",
-        "failures",
-        "last_call",
-        "last_status",
-        "namespace",
-        "produced",
-        "retry_at",
-    )
-
-    def __init__(self, *, namespace: str | None = None) -> None:
-        self.count = RunningCount()
-        self.failures = 0
-        self.retry_at: int | None = None  # estimate the history must reach before a retry
-        self.last_status: EventStatus | None = None
-        self.produced = ProducedMessages()  # placeholders and summaries: never originals
-        self.namespace = namespace
-        """Whose originals this conversation's are in an attached store (``None``: the
-        controller's ``store_namespace``); the proxy gives each caller its own."""
-        self.last_call: float | None = None  # the controller's clock at the last model call
-
-    def reset(self) -> None:
-        """Start afresh: close the circuit, drop the min-progress wait, forget counts, usage,
-        the last call's time (a new conversation is no cold cache) and what was produced."""
-        self.count.reset()
-        self.failures = 0
-        self.retry_at = None
-        self.last_call = None
-        self.last_status = None
-        self.produced = ProducedMessages()
 
 
 class CompactionController:

@@ -1,26 +1,31 @@
-"""The controller's incremental token count: a running estimate plus the provider's usage.
+"""What one conversation accumulates between calls: :class:`ControllerState`, and in it the
+incremental token count (:class:`RunningCount`, a running estimate plus the provider's usage).
 
-One cumulative estimate per message of the history seen last, and optionally the provider's
-count of a prefix of it. Every call compares every message seen before with the one now at
-its place: by identity, and by equality only where identity fails (a request parsed afresh
-has equal, new objects), in one C-level list comparison, so an agent's step costs about the
-same at 100 and at 10,000 messages (``benchmarks/bench_running_count.py``). A history that
-extends the one seen before costs only its new messages; one that differs somewhere (an
-edited or replaced message, a compaction, a shorter history) is re-estimated from the first
-difference on, and the provider's count is dropped: it counted another history.
+The running count keeps one cumulative estimate per message of the history seen last, and
+optionally the provider's count of a prefix of it. Every call compares every message seen
+before with the one now at its place: by identity, and by equality only where identity fails (a
+request parsed afresh has equal, new objects), in one C-level list comparison, so an agent's
+step costs about the same at 100 and at 10,000 messages
+(``benchmarks/bench_running_count.py``). A history that extends the one seen before costs only
+its new messages; one that differs somewhere (an edited or replaced message, a compaction, a
+shorter history) is re-estimated from the first difference on, and the provider's count is
+dropped: it counted another history.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from .store_hook import ProducedMessages
+
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from .._history.messages import Message
     from .._tokens.counters import TokenCounter
+    from .events import EventStatus
 
-__all__ = ["RunningCount"]
+__all__ = ["ControllerState", "RunningCount"]
 
 
 class RunningCount:
@@ -117,3 +122,48 @@ def _first_difference(old: Sequence[Message], new: Sequence[Message]) -> int:
         if a is not b and a != b:
             return i
     return min(len(old), len(new))
+
+
+class ControllerState:
+    """What one conversation accumulates between calls: token counts and loop guards.
+
+    A controller owns one (``controller.state``) and uses it unless a call passes another,
+    so one controller can serve many conversations at once, each with its own state (the
+    proxy passes a fresh one per request: it is stateless by design).
+
+    Example:
+        >>> state = ControllerState()
+        >>> state.failures, state.retry_at
+        (0, None)
+    """
+
+    __slots__ = (
+        "count",
+        "failures",
+        "last_call",
+        "last_status",
+        "namespace",
+        "produced",
+        "retry_at",
+    )
+
+    def __init__(self, *, namespace: str | None = None) -> None:
+        self.count = RunningCount()
+        self.failures = 0
+        self.retry_at: int | None = None  # estimate the history must reach before a retry
+        self.last_status: EventStatus | None = None
+        self.produced = ProducedMessages()  # placeholders and summaries: never originals
+        self.namespace = namespace
+        """Whose originals this conversation's are in an attached store (``None``: the
+        controller's ``store_namespace``); the proxy gives each caller its own."""
+        self.last_call: float | None = None  # the controller's clock at the last model call
+
+    def reset(self) -> None:
+        """Start afresh: close the circuit, drop the min-progress wait, forget counts, usage,
+        the last call's time (a new conversation is no cold cache) and what was produced."""
+        self.count.reset()
+        self.failures = 0
+        self.retry_at = None
+        self.last_call = None
+        self.last_status = None
+        self.produced = ProducedMessages()

@@ -6,7 +6,8 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import TYPE_CHECKING, TypedDict
 
-from .._controller.controller import CompactionController, ControllerState
+from .._controller.controller import CompactionController
+from .._controller.state import ControllerState
 from .._defaults import DEFAULT_RESERVED_CONTEXT_SIZE
 from ..exceptions import UserError
 

@@ -37,8 +37,8 @@ try:
 except ImportError as exc:  # pragma: no cover - exercised in a subprocess test
     raise MissingDependencyError("ctxcompact.integrations.openai_agents", "openai-agents") from exc
 
-from .._controller.controller import ControllerState
 from .._controller.events import same_messages
+from .._controller.state import ControllerState
 from .._formats.common import copy_json
 from .._formats.responses import from_responses, to_responses
 from ._common import controller_for

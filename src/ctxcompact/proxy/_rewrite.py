@@ -14,9 +14,9 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeAlias
 
-from .._controller.controller import CompactionController, ControllerState
 from .._controller.events import strategy_name
 from .._controller.problems import Problem
+from .._controller.state import ControllerState
 from .._formats.anthropic import from_anthropic, to_anthropic
 from .._formats.openai_chat import from_openai, to_openai
 from ._responses import responses_codec
@@ -25,6 +25,7 @@ from ._reuse import remember_rewrite, reuse_rewrites
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
+    from .._controller.controller import CompactionController
     from .._history.messages import Message
     from ._recall import Recall
     from ._windows import ModelWindows

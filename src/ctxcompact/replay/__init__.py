@@ -38,7 +38,7 @@ from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Literal
 
 from .._contract.protocols import has_context_window
-from .._controller.controller import ControllerState
+from .._controller.state import ControllerState
 from .._formats.files import read_conversation
 from .._history.messages import Message
 from .._tokens.counters import counts_text
