@@ -10,6 +10,8 @@ keeps the sources as they are.
 from __future__ import annotations
 
 import ast
+import importlib
+import inspect
 import re
 from typing import Any
 
@@ -18,9 +20,8 @@ import griffe
 _SINGULAR = re.compile(r"^(\s*)Example:[ \t]*$", re.MULTILINE)
 # Sphinx roles (:class:`~ctxcompact.LLM`) read as code; "~" shows the last part only.
 _ROLE = re.compile(r":(?:class|func|meth|mod|attr|data|exc|obj|const):`(~?)([^`]+)`")
-# reStructuredText's "::" before a literal block: Markdown needs none.
-_LITERAL_ALONE = re.compile(r"^[ \t]*::[ \t]*$", re.MULTILINE)
-_LITERAL_END = re.compile(r"(?<=\S)::[ \t]*$", re.MULTILINE)
+# reStructuredText's "::" ends the line before an indented literal block.
+_LITERAL = re.compile(r"^(?P<indent>[ \t]*)(?P<text>.*?)::[ \t]*$")
 
 
 def _role(match: re.Match[str]) -> str:
@@ -28,17 +29,51 @@ def _role(match: re.Match[str]) -> str:
     return f"`{target.rsplit('.', 1)[-1] if short else target}`"
 
 
+def _literal_blocks(text: str) -> str:
+    """reStructuredText literal blocks (``Text::`` then an indented block) as fenced code."""
+    lines = text.split("\n")
+    out: list[str] = []
+    k = 0
+    while k < len(lines):
+        match = _LITERAL.match(lines[k])
+        if match is None:
+            out.append(lines[k])
+            k += 1
+            continue
+        indent, before = match["indent"], match["text"]
+        if before.strip():
+            out.append(f"{indent}{before}:")
+        k += 1
+        body: list[str] = []
+        while k < len(lines) and (not lines[k].strip() or _indent(lines[k]) > len(indent)):
+            body.append(lines[k])
+            k += 1
+        while body and not body[-1].strip():
+            body.pop()
+        while body and not body[0].strip():
+            body.pop(0)
+        code = [line for line in body if line.strip()]
+        cut = min((_indent(line) for line in code), default=0)
+        out += ["", f"{indent}```python"]
+        out += [f"{indent}{line[cut:]}" if line.strip() else "" for line in body]
+        out += [f"{indent}```", ""]
+    return "\n".join(out)
+
+
+def _indent(line: str) -> int:
+    return len(line) - len(line.lstrip())
+
+
 def markdown_docstring(text: str) -> str:
     r"""The docstring as griffe's Google parser and Markdown read it best.
 
     Example:
-        >>> markdown_docstring("See :class:`~ctxcompact.LLM`::\n\nExample:\n    >>> 1")
-        'See `LLM`:\n\nExamples:\n    >>> 1'
+        >>> markdown_docstring("See :class:`~ctxcompact.LLM`::\n\n    x = 1\n\nExample:\n    >>> 1")
+        'See `LLM`:\n\n```python\nx = 1\n```\n\nExamples:\n    >>> 1'
     """
     text = _SINGULAR.sub(r"\1Examples:", text)
     text = _ROLE.sub(_role, text)
-    text = _LITERAL_ALONE.sub("", text)
-    return _LITERAL_END.sub(":", text)
+    return _literal_blocks(text)
 
 
 class ExampleSections(griffe.Extension):
@@ -66,3 +101,27 @@ class LazyExports(griffe.Extension):
             if name not in mod.members:
                 target = f"{mod.path}.{relative.lstrip('.')}.{name}"
                 mod.set_member(name, griffe.Alias(name, target, parent=mod))
+
+
+class RuntimeTables(griffe.Extension):
+    """Document the config tables that are built when ``ctxcompact`` is imported.
+
+    ``Schema1Config``, ``TruncationConfig`` and ``ContextGuardConfig`` are pydantic models
+    made from the constructors of the strategies they turn on; a static reader sees only an
+    assignment. Each gets its runtime docstring and the list of its keys with their defaults.
+    """
+
+    def on_module(self, *, mod: griffe.Module, **kwargs: Any) -> None:
+        if mod.path != "ctxcompact._config.config":
+            return
+        runtime = importlib.import_module(mod.path)
+        for name, member in mod.members.items():
+            value = getattr(runtime, name, None)
+            fields = getattr(value, "model_fields", None)
+            if member.is_alias or not member.is_attribute or fields is None:
+                continue
+            keys = "\n".join(
+                f"- `{key}` (default `{info.default!r}`)" for key, info in fields.items()
+            )
+            text = f"{inspect.cleandoc(value.__doc__ or '')}\n\nKeys, all optional:\n\n{keys}"
+            member.docstring = griffe.Docstring(markdown_docstring(text), parent=member)

@@ -173,7 +173,13 @@ def _commands(body: list[str]) -> tuple[Command, ...]:
         if text and argv and _RUNNABLE.match(argv[0]):
             commands.append(Command(argv, text))
 
-    for line in body:
+    joined: list[str] = []
+    for line in body:  # a command continued with a backslash is one line
+        if joined and joined[-1].startswith("$ ") and joined[-1].endswith("\\"):
+            joined[-1] = joined[-1][:-1] + " " + line.strip()
+        else:
+            joined.append(line)
+    for line in joined:
         if line.startswith("$ "):
             close()
             current, output = line[2:], []
