@@ -7,6 +7,7 @@ exception each fail.
 
 from __future__ import annotations
 
+import re
 import shlex
 from pathlib import Path
 
@@ -70,6 +71,10 @@ def _run_commands(block: Block, folder: Path) -> None:
     for command in commands:
         code, output = run_command(command.argv, folder, ENV)
         shown = " ".join(command.argv)
+        missing = re.search(r"ModuleNotFoundError: No module named '([\w.]+)'", output)
+        extra = missing_extra(ModuleNotFoundError(name=missing[1])) if missing else None
+        if code != 0 and extra is not None:
+            pytest.skip(f"{block.where}: `{shown}` needs the '{extra}' extra")
         assert code == 0, f"{block.where}: `{shown}` exited {code}:\n{output[-3000:]}"
         assert output_matches(command.expected, output), mismatch(
             block, command.expected, output, f"output of `{shown}`"
