@@ -21,6 +21,7 @@ settings.register_profile("ctxcompact", deadline=None)
 settings.load_profile("ctxcompact")
 
 from tests.helpers.llama_server import llama_server  # noqa: E402, F401
+from tests.helpers.otel import spans  # noqa: E402, F401
 
 
 @pytest.fixture(autouse=True)
