@@ -306,5 +306,8 @@ def test_the_header_token_carries_no_content(
     with serve_in_thread(app) as proxy:
         ask(proxy, messages)
         report = ask(proxy, messages)
-    assert set(report) == {"action", "strategy", "tokens", "messages", "summarizer"}
+    # Without its summary the request is still over the 4,000-token window, and says so.
+    assert int(report["tokens"].split("->")[1]) > 4000
+    assert report["over_window"] == "4000"
+    assert set(report) == {"action", "strategy", "tokens", "messages", "over_window", "summarizer"}
     assert "maintenance" not in json.dumps(report)

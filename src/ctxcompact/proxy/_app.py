@@ -41,7 +41,7 @@ from ._http import (
 from ._json import BodyError, check_charset, encode_body, parse_body
 from ._redact import QuerylessAccessLog, display_url
 from ._relay import Relay
-from ._rewrite import Body, RewriteReport, dumps
+from ._rewrite import Body, RewriteReport, dumps, raw_count
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Sequence
@@ -307,7 +307,8 @@ class ProxyApp:
             logger.debug("%s %s detail: %.500s", request.method, request.url.path, exc)
             if report is None:
                 name = self.rewriter.strategy_name
-                return raw, RewriteReport("failed", name, 0, 0, 0, 0, (problem,))
+                n = raw_count(provider, body)  # not read: its length as received
+                return raw, RewriteReport("failed", name, None, None, n, n, (problem,))
             # The rewriter's counts stand for the request as received, which is what goes out.
             unsent = dataclasses.replace(
                 report,
