@@ -57,10 +57,19 @@ def tracer() -> Tracer | None:
         except ImportError:
             _tracer = None
         else:
-            from .. import __version__
-
-            _tracer = trace.get_tracer("ctxcompact", __version__)
+            _tracer = trace.get_tracer("ctxcompact", _version())
     return _tracer  # type: ignore[no-any-return]
+
+
+def _version() -> str:
+    # The distribution's, as ``ctxcompact.__version__`` says it (the package itself is a
+    # layer above the engine).
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("ctxcompact")
+    except PackageNotFoundError:
+        return "0.0.0"
 
 
 @contextlib.contextmanager
