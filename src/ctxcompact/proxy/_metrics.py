@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -58,6 +58,10 @@ _LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0
 # The proxy's own work on a request (parse, count, compact, encode): milliseconds, but a
 # summary written by a model takes seconds.
 _REWRITE_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0, 30.0)
+
+
+# A status outside 1xx-5xx (a broken upstream) is one label, not one per status.
+_STATUS_CLASSES = {n: f"{n}xx" for n in range(1, 6)}
 
 
 def multiprocess_dir() -> str | None:
@@ -186,46 +190,59 @@ class ProxyMetrics:
         self._breaker = breaker
         if breaker is not None:
             r.register(_BreakerCollector(breaker))
+        # Each label set's child, once: ``labels()`` validates and locks on every call, a
+        # dictionary lookup does not (the label sets are closed, so this stays small).
+        self._children: dict[tuple[object, ...], Any] = {}
+        self._strategies: dict[str, str] = {}  # a strategy's name -> its label
+
+    def _child(self, metric: Counter | Histogram, *labels: str) -> Any:
+        key = (id(metric), *labels)
+        found = self._children.get(key)
+        if found is None:
+            found = self._children[key] = metric.labels(*labels)
+        return found
 
     # -- recording ------------------------------------------------------------------------
 
     def request(self, route: str, outcome: str, report: RewriteReport | None) -> None:
         """One answered request: its outcome and, for a chat request, what its report says."""
-        self._requests.labels(route, outcome).inc()
+        self._child(self._requests, route, outcome).inc()
         if report is None:
             return
         if report.tokens_before is not None and report.tokens_after is not None:
-            self._tokens_before.labels(route).inc(report.tokens_before)
-            self._tokens_after.labels(route).inc(report.tokens_after)
+            self._child(self._tokens_before, route).inc(report.tokens_before)
+            self._child(self._tokens_after, route).inc(report.tokens_after)
         if report.over_window is not None:
-            self._over_window.labels(route).inc()
+            self._child(self._over_window, route).inc()
         if report.retried:
-            self._retries.labels(route).inc(report.retried)
+            self._child(self._retries, route).inc(report.retried)
         for problem in report.problems:
-            self._errors.labels(problem.kind).inc()
+            self._child(self._errors, problem.kind).inc()
         event = report.compaction
         if event is not None:
             self.compaction(event)
 
     def compaction(self, event: CompactionEvent) -> None:
         """One compaction event."""
-        strategy = shown_name(event.strategy)
-        self._compactions.labels(strategy, event.trigger, event.status).inc()
+        strategy = self._strategies.get(event.strategy)
+        if strategy is None:
+            strategy = self._strategies[event.strategy] = shown_name(event.strategy)
+        self._child(self._compactions, strategy, event.trigger, event.status).inc()
         if event.cache_break:
-            self._cache_breaks.labels(strategy).inc()
+            self._child(self._cache_breaks, strategy).inc()
 
     def upstream(self, route: str, seconds: float, status: int) -> None:
         """One upstream answer: the time to its headers and its status."""
-        self._upstream.labels(route).observe(seconds)
-        self._upstream_status.labels(route, f"{status // 100}xx").inc()
+        self._child(self._upstream, route).observe(seconds)
+        self._child(self._upstream_status, route, _STATUS_CLASSES.get(status // 100, "other")).inc()
 
     def upstream_failed(self, kind: str) -> None:
         """The upstream could not be reached or did not answer in time (``UPSTREAM_ERRORS``)."""
-        self._errors.labels(kind).inc()
+        self._child(self._errors, kind).inc()
 
     def rewritten(self, route: str, seconds: float) -> None:
         """The proxy's own time on a chat request, before it went upstream."""
-        self._rewrite.labels(route).observe(seconds)
+        self._child(self._rewrite, route).observe(seconds)
 
     def recalled(self, calls: int, hits: int) -> None:
         """Recall calls answered, and how many found their original."""
