@@ -1,12 +1,16 @@
 """What observing one proxied request costs: its metrics and its span, in one process.
 
 The proxy counts every request (``GET /metrics``) and, with OpenTelemetry configured, traces
-it. This measures that cost against the proxy's own work on the same request (parse and
-rewrite a 200-message prefix of a public trace, the report of which is what gets counted), so
-the ratio holds on a loaded machine: both are timed in this process, alternating, medians of
-``--rounds`` runs. Three ways: OpenTelemetry absent from the path (the metrics only), installed
-but not configured (non-recording spans, the default for a library's users), and configured
-with an SDK and an in-memory exporter (every span recorded).
+it. This measures, against the proxy's whole handling of the same request in the same process
+(a 200-message prefix of a public trace, compacted and masked; the ASGI app called in-process,
+its upstream an ``httpx.MockTransport``), so the ratios hold on a loaded machine:
+
+* the metrics: the calls one compacted chat request makes on ``app.state.metrics``;
+* the span: the request's time with OpenTelemetry absent (a child process where it cannot be
+  imported), installed but not configured (a library user's default), and configured with an
+  SDK recording every span to memory.
+
+Medians of ``--rounds`` rounds of 50 requests.
 
     .venv/bin/python benchmarks/bench_proxy_observe.py [--rounds N]
 """
@@ -17,25 +21,25 @@ import argparse
 import asyncio
 import json
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+if "--no-otel" in sys.argv:  # the child process: OpenTelemetry cannot be imported
+    sys.modules["opentelemetry"] = None  # type: ignore[assignment]
+
+import httpx  # noqa: E402
 from tests.helpers.traces import load_trace  # noqa: E402
 
 from ctxcompact import Config  # noqa: E402
-from ctxcompact._controller import tracing  # noqa: E402
 from ctxcompact.proxy import create_app, parse_body  # noqa: E402
-from ctxcompact.proxy._observe import (  # noqa: E402
-    ObserveRequests,
-    observation,
-    start_request_span,
-    using,
-)
+
+PER_ROUND = 50
+ANSWER = {"choices": [{"index": 0, "message": {"role": "assistant", "content": "ok"}}]}
 
 
 def request_body(n_messages: int = 200) -> bytes:
@@ -45,7 +49,7 @@ def request_body(n_messages: int = 200) -> bytes:
     return json.dumps({"model": "gpt-4o", "messages": messages[:end]}).encode()
 
 
-async def run(rounds: int) -> dict[str, float]:
+def proxy_app() -> object:
     config = Config.from_dict(
         {
             "compaction": {
@@ -54,88 +58,92 @@ async def run(rounds: int) -> dict[str, float]:
                 "reserved_context_size": 4_000,
             },
             "observation_masking": {"schema1": {"enabled": True}},
+            "proxy": {"openai_base_url": "http://upstream.invalid/v1"},
         }
     )
-    app = create_app(config)
-    rewriter, metrics = app.state.rewriter, app.state.metrics
+    body = json.dumps(ANSWER).encode()
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        # A stream, as a real upstream's answer: the proxy relays it chunk by chunk.
+        headers = {"content-type": "application/json"}
+        return httpx.Response(200, headers=headers, stream=httpx.ByteStream(body))
+
+    upstream = httpx.AsyncClient(transport=httpx.MockTransport(answer))
+    return create_app(config, client=upstream)
+
+
+async def request_times(rounds: int) -> list[float]:
+    """Seconds per request through the whole app, one median per round."""
+    app = proxy_app()
     raw = request_body()
-    _, report = await rewriter.rewrite_openai(parse_body(raw))
-    assert report.action == "compacted"
+    transport = httpx.ASGITransport(app=app)  # type: ignore[arg-type]
+    times = []
+    async with httpx.AsyncClient(transport=transport, base_url="http://proxy") as client:
+        for _ in range(5):  # warm up
+            await client.post("/v1/chat/completions", content=raw)
+        for _ in range(rounds):
+            t0 = time.perf_counter()
+            for _ in range(PER_ROUND):
+                r = await client.post("/v1/chat/completions", content=raw)
+                assert r.headers["x-ctxcompact"].startswith("action=compacted")
+            times.append((time.perf_counter() - t0) / PER_ROUND)
+    return times
+
+
+async def metrics_time(rounds: int) -> float:
+    """Seconds of the metrics calls one compacted request makes."""
+    app = proxy_app()
+    metrics, rewriter = app.state.metrics, app.state.rewriter  # type: ignore[attr-defined]
+    _, report = await rewriter.rewrite_openai(parse_body(request_body()))
     assert report.compaction is not None
-
-    from starlette.requests import Request
-
-    async def handler(scope: dict[str, Any], receive: Any, send: Any) -> None:
-        # What a chat route adds for observation, around work that is not timed here.
-        seen = observation(Request(scope))
-        seen.route = "chat_completions"
-        start_request_span(seen, "chat_completions", {"model": "gpt-4o"}, "http://127.0.0.1:9")
-        with using(seen.span):
-            metrics.rewritten("chat_completions", 0.004)
-            metrics.upstream("chat_completions", 0.2, 200)
-            seen.report, seen.outcome = report, report.action
-        await send({"type": "http.response.start", "status": 200, "headers": []})
-        await send({"type": "http.response.body", "body": b"{}", "more_body": False})
-
-    async def bare(scope: dict[str, Any], receive: Any, send: Any) -> None:
-        await send({"type": "http.response.start", "status": 200, "headers": []})
-        await send({"type": "http.response.body", "body": b"{}", "more_body": False})
-
-    async def receive() -> dict[str, Any]:
-        return {"type": "http.request", "body": b"", "more_body": False}
-
-    async def send(message: dict[str, Any]) -> None:
-        return None
-
-    observed = ObserveRequests(handler, metrics=metrics)
-
-    def scope() -> dict[str, Any]:
-        return {"type": "http", "method": "POST", "path": "/v1/chat/completions", "headers": []}
-
-    async def timed(call: Any, n: int) -> float:
-        t0 = time.perf_counter()
-        for _ in range(n):
-            await call(scope(), receive, send)
-        return (time.perf_counter() - t0) / n
-
-    rewrite: list[float] = []
-    cost: list[float] = []
+    times = []
     for _ in range(rounds):
         t0 = time.perf_counter()
-        await rewriter.rewrite_openai(parse_body(raw))
-        rewrite.append(time.perf_counter() - t0)
-        cost.append(await timed(observed, 200) - await timed(bare, 200))
-    return {"rewrite": statistics.median(rewrite), "observe": statistics.median(cost)}
+        for _ in range(PER_ROUND * 20):
+            metrics.rewritten("chat_completions", 0.004)
+            metrics.upstream("chat_completions", 0.2, 200)
+            metrics.request("chat_completions", report.action, report)
+        times.append((time.perf_counter() - t0) / (PER_ROUND * 20))
+    return statistics.median(times)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--rounds", type=int, default=15)
+    parser.add_argument("--no-otel", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    print(f"200-message request (claudecode__fa812bfe__precompact), medians of {args.rounds}")
-    modes = ["OpenTelemetry absent", "installed, not configured", "configured (SDK, recording)"]
-    for mode in modes:
-        if mode == modes[0]:
-            tracing._tracer = None  # as when the import fails
-        elif mode == modes[1]:
-            tracing._tracer = tracing._UNSET
-        else:
-            from opentelemetry import trace
-            from opentelemetry.sdk.trace import TracerProvider
-            from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-            from opentelemetry.sdk.trace.export.in_memory_span_exporter import (
-                InMemorySpanExporter,
-            )
+    if args.no_otel:  # the child: print the median request time only
+        print(statistics.median(asyncio.run(request_times(args.rounds))))
+        return
+    child = subprocess.run(
+        [sys.executable, __file__, "--no-otel", "--rounds", str(args.rounds)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    absent = float(child.stdout.strip().splitlines()[-1])
+    unconfigured = statistics.median(asyncio.run(request_times(args.rounds)))
+    counted = asyncio.run(metrics_time(args.rounds))
 
-            provider = TracerProvider()
-            provider.add_span_processor(SimpleSpanProcessor(InMemorySpanExporter()))
-            trace.set_tracer_provider(provider)
-        found = asyncio.run(run(args.rounds))
-        print(
-            f"  {mode:<28} observing {found['observe'] * 1e6:6.1f} us per request | the "
-            f"proxy's rewrite {found['rewrite'] * 1e3:6.2f} ms | "
-            f"{found['observe'] / found['rewrite']:.2%} of it"
-        )
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(InMemorySpanExporter()))
+    trace.set_tracer_provider(provider)
+    recording = statistics.median(asyncio.run(request_times(args.rounds)))
+
+    print(f"200-message request (claudecode__fa812bfe__precompact), compacted and masked, "
+          f"in-process ASGI, medians of {args.rounds} x {PER_ROUND}")  # fmt: skip
+    print(f"  whole request, OpenTelemetry absent:         {absent * 1e3:7.2f} ms")
+    print(f"  metrics calls of that request:               {counted * 1e6:7.1f} us "
+          f"({counted / absent:.2%} of it)")  # fmt: skip
+    print(f"  whole request, installed but not configured: {unconfigured * 1e3:7.2f} ms "
+          f"({unconfigured / absent:.3f}x absent)")  # fmt: skip
+    print(f"  whole request, SDK recording both spans:     {recording * 1e3:7.2f} ms "
+          f"({recording / absent:.3f}x absent)")  # fmt: skip
 
 
 if __name__ == "__main__":
