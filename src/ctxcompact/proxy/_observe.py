@@ -25,6 +25,7 @@ import httpx
 
 from .._controller.problems import shown_name
 from .._controller.tracing import tracer
+from ._rewrite import max_output_tokens
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -147,14 +148,7 @@ def start_request_span(seen: Observation, route: str, body: Body, upstream: str)
     }
     if shown:
         attributes["gen_ai.request.model"] = shown
-    max_tokens = next(
-        (
-            v
-            for k in ("max_completion_tokens", "max_tokens", "max_output_tokens")
-            if isinstance(v := body.get(k), int) and not isinstance(v, bool)
-        ),
-        None,
-    )
+    max_tokens = max_output_tokens(body)
     if max_tokens is not None:
         attributes["gen_ai.request.max_tokens"] = max_tokens
     if isinstance(body.get("stream"), bool):
