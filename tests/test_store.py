@@ -1,4 +1,5 @@
-"""The originals stores: MemoryStore and SQLiteStore (a real file), one contract."""
+"""The originals stores: MemoryStore, SQLiteStore (a real file) and RedisStore (a real
+redis-server), one contract."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from ctxcompact.exceptions import StoreError
 from ctxcompact.store import (
     MemoryStore,
     OriginalsStore,
+    RedisStore,
     SQLiteStore,
     StoredOriginal,
     credential_namespace,
@@ -19,9 +21,10 @@ from ctxcompact.store import (
 )
 
 from .helpers.gen import assistant, call, tool, user
+from .helpers.redis_server import RedisServer
 from .helpers.traces import load_trace, trace_names
 
-Build = Callable[..., "MemoryStore | SQLiteStore"]
+Build = Callable[..., "MemoryStore | SQLiteStore | RedisStore"]
 
 
 def record(
@@ -41,15 +44,25 @@ def record(
     )
 
 
-@pytest.fixture(params=["memory", "sqlite"])
+@pytest.fixture(params=["memory", "sqlite", "redis"])
 def make_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Build]:
-    """A function building a fresh store of each kind (the same file for every SQLite one)."""
-    opened: list[SQLiteStore] = []
+    """A function building a fresh store of each kind (the same file for every SQLite one, the
+    same real Redis server and key prefix for every Redis one)."""
+    opened: list[SQLiteStore | RedisStore] = []
+    redis: RedisServer | None = None
+    prefix = ""
+    if request.param == "redis":  # only these need (and skip without) a redis-server
+        redis = request.getfixturevalue("redis_server")
+        prefix = redis.prefix()
 
-    def build(**kwargs: int) -> MemoryStore | SQLiteStore:
+    def build(**kwargs: int) -> MemoryStore | SQLiteStore | RedisStore:
+        store: SQLiteStore | RedisStore
         if request.param == "memory":
             return MemoryStore(**kwargs)
-        store = SQLiteStore(tmp_path / "originals.db", **kwargs)
+        if redis is not None:
+            store = RedisStore(redis.url, prefix=prefix, **kwargs)
+        else:
+            store = SQLiteStore(tmp_path / "originals.db", **kwargs)
         opened.append(store)
         return store
 
@@ -58,10 +71,10 @@ def make_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Build
         store.close()
 
 
-# -- the contract, both stores ----------------------------------------------------------------
+# -- the contract, every store ----------------------------------------------------------------
 
 
-def test_both_stores_satisfy_the_protocol(make_store: Build) -> None:
+def test_every_store_satisfies_the_protocol(make_store: Build) -> None:
     assert isinstance(make_store(), OriginalsStore)
     assert not isinstance(object(), OriginalsStore)
 
