@@ -374,7 +374,7 @@ class CompactionController:
         ran = await self._run(attempt, tools)
         if isinstance(ran, CompactionResult):
             return ran
-        return self._accept(attempt, ran)
+        return await self._accept(attempt, ran)
 
     def _decide(
         self, history: Sequence[Message], st: ControllerState, *, force: bool, reserved: int
@@ -442,7 +442,7 @@ class CompactionController:
             return self._unchanged(attempt, "failed", problems, duration, outages.status)
         return _Output(output, time.perf_counter() - start, outages.status)
 
-    def _accept(self, attempt: _Attempt, ran: _Output) -> CompactionResult:
+    async def _accept(self, attempt: _Attempt, ran: _Output) -> CompactionResult:
         """Keep the strategy's output when it is valid and worth it; record what was removed."""
         history, st, estimate, name = attempt.history, attempt.state, attempt.estimate, attempt.name
         output, duration, outage = ran.output, ran.duration, ran.outage
@@ -468,7 +468,7 @@ class CompactionController:
         result = list(output)
         store_problem: Problem | None = None
         if self._store_hook is not None:  # after `duration`: recording is not the strategy's
-            result, store_problem = self._store_hook.keep(
+            result, store_problem = await self._store_hook.akeep(
                 history, result, st.produced, namespace=st.namespace
             )
             if same_messages(result, history):  # only recall placeholders hidden again
@@ -611,7 +611,7 @@ class CompactionController:
         store_problem: Problem | None = None
         if self._store_hook is not None and current is not history:
             st = state or self.state
-            current, store_problem = self._store_hook.keep(
+            current, store_problem = await self._store_hook.akeep(
                 history, list(current), st.produced, namespace=st.namespace
             )
         return PreparedRequest(list(current), tuple(skipped), store_problem)
