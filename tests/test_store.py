@@ -238,3 +238,26 @@ def test_records_of_short_lived_messages_never_mix_up_their_content() -> None:
         text = f"result number {i}"
         stored = StoredOriginal.from_message(tool("c1", text), position=i, kind="hidden")
         assert stored.message.text == text
+
+
+def test_memory_store_uses_about_its_bound_even_for_text_that_is_not_ascii() -> None:
+    """A string with one emoji takes four bytes a character in Python; the bound counts UTF-8
+    bytes, so the store keeps those: its memory is what it counts plus bookkeeping."""
+    import gc
+    import tracemalloc
+
+    store = MemoryStore()
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        texts = [f"result {i} \N{ROCKET}\n" + "plain ascii output line\n" * 400 for i in range(100)]
+        store.put(*(record(f"call_{i}", text, position=i) for i, text in enumerate(texts)))
+        del texts  # what is left is what the store keeps
+        gc.collect()
+        used = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert store.total_bytes > 100 * 9_000
+    assert used < store.total_bytes + 100 * 2048  # kept as str: about 4x total_bytes
+    assert store.get("default", "call_7").message.text.startswith("result 7 \N{ROCKET}")
