@@ -57,7 +57,9 @@ local stamp = math.max(now, tonumber(redis.call('GET', clock) or '0'))
 local total = tonumber(redis.call('GET', bytes) or '0')
 local expired = 0
 if ttl > 0 then
-  local old = redis.call('ZRANGEBYSCORE', lru, '-inf', '(' .. fmt(now - ttl))
+  -- At most 1,000 a write, so no one script holds Redis for long; the rest go with the
+  -- next writes (reads never return them meanwhile, and eviction takes the oldest first).
+  local old = redis.call('ZRANGEBYSCORE', lru, '-inf', '(' .. fmt(now - ttl), 'LIMIT', 0, 1000)
   for _, eid in ipairs(old) do
     total = total - drop(lru, sizes, data, idprefix, eid)
     expired = expired + 1
@@ -73,12 +75,14 @@ for i = 4, #ARGV, 5 do
     redis.call('HSET', data, eid, content)
     redis.call('HSET', sizes, eid, size)
     total = total + size
-    if meta ~= '' then
-      local idhash, field = string.match(eid, '^o:([^:]+):(.+)$')
-      local idkey = idprefix .. idhash
-      redis.call('HSET', idkey, field, meta)
-      if ttl > 0 then redis.call('PEXPIRE', idkey, math.ceil(ttl / 1000)) end
-    end
+  end
+  if meta ~= '' then
+    -- A record stored again keeps its first metadata (as SQLiteStore does); its id's key
+    -- lives as long as its newest record.
+    local idhash, field = string.match(eid, '^o:([^:]+):(.+)$')
+    local idkey = idprefix .. idhash
+    redis.call('HSETNX', idkey, field, meta)
+    if ttl > 0 then redis.call('PEXPIRE', idkey, math.ceil(ttl / 1000)) end
   end
   redis.call('ZADD', lru, fmt(stamp), eid)
 end
