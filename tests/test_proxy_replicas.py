@@ -252,3 +252,38 @@ def test_a_replica_killed_mid_request_loses_nothing_the_other_cannot_serve(
     recalled = follow_up["messages"][-1]["content"]
     assert recalled.startswith("Tool result call_8 (300 lines")
     assert "\n1: row 8\n" in recalled
+
+
+def test_a_proxy_whose_redis_goes_away_still_forwards_every_request(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from ctxcompact import load_config
+    from ctxcompact.proxy import create_app
+    from tests.helpers.redis_server import start_redis
+    from tests.test_proxy import write_config
+
+    model = FakeUpstream()
+    try:
+        with start_redis() as server, serve_in_thread(model.app()) as upstream:
+            extra = f'[store]\nurl = "{server.url}"\nrecall = true\n'
+            app = create_app(load_config(write_config(tmp_path, upstream, extra=extra)))
+            server.stop()  # Redis is gone before the first request
+            with serve_in_thread(app) as proxy:
+                messages = openai_history(turns=4, output_chars=300)
+                with caplog.at_level("WARNING", logger="ctxcompact"):
+                    r = httpx.post(
+                        f"{proxy}/v1/chat/completions",
+                        json={"model": "m", "messages": messages},
+                        headers={"authorization": f"Bearer {KEY}"},
+                        timeout=60,
+                    )
+    except FileNotFoundError as exc:
+        pytest.skip(str(exc))
+    assert r.status_code == 200
+    assert "action=compacted" in r.headers["x-ctxcompact"]
+    (sent,) = chats(model)
+    assert len(json.dumps(sent)) < len(json.dumps(messages)) / 2  # compacted all the same
+    assert "tools" not in sent  # nothing could be stored: recall is not offered
+    assert sent["messages"][3]["content"] == "[old tool result hidden]"  # the strategy's text
+    assert "RedisStore" in caplog.text
+    assert "line 0" not in caplog.text
