@@ -19,7 +19,7 @@ request (1.00 = flat), with the growth per conversation in between. One run per 
 not a timed test.
 
     .venv/bin/python benchmarks/bench_proxy_memory.py [--store memory|sqlite|redis]
-        [--max-bytes N] [--redis-url URL] [--conversations 500] [--tracemalloc]
+        [--max-bytes N] [--redis-url URL] [--conversations 500] [--tracemalloc] [--quick]
 """
 
 from __future__ import annotations
@@ -222,7 +222,10 @@ def main() -> None:
     parser.add_argument("--concurrent", type=int, default=20, help="conversations active at once")
     parser.add_argument("--every", type=int, default=500, help="requests between samples")
     parser.add_argument("--tracemalloc", action="store_true", help="also trace Python's heap")
+    parser.add_argument("--quick", action="store_true", help="100 conversations (smoke run)")
     args = parser.parse_args()
+    if args.quick:
+        args.conversations, args.every = min(args.conversations, 100), 100
     ctx = mp.get_context("spawn")
     up_port, proxy_port = free_port(), free_port()
     upstream = f"http://127.0.0.1:{up_port}"
@@ -266,15 +269,18 @@ def main() -> None:
     for sent, started, rss, traced in samples:
         shown = f"{traced / 2**20:11.1f}" if traced >= 0 else f"{'-':>11}"
         print(f"{sent:>9} {started:>14} {rss / 2**20:9.1f} {shown}")
-    by_count = {s[0]: s for s in samples}
-    first, last = by_count.get(1000), by_count.get(5000)
-    if first is None or last is None:
-        print("(fewer than 5,000 requests: no 1,000 -> 5,000 ratio)")
+    # From the first fifth of the run on (the 1,000th request of 5,000) to its end.
+    total = samples[-1][0]
+    first = next((s for s in samples if s[0] >= total // 5), None)
+    last = samples[-1]
+    if first is None or first is last:
+        print("(too few samples for a growth ratio)")
         return
     ratio = last[2] / first[2]
     per = (last[2] - first[2]) / max(1, last[1] - first[1])
     line = (
-        f"RSS growth 1,000th -> 5,000th request: x{ratio:.2f} ({per / 1024:+.1f} KiB/conversation)"
+        f"RSS growth {first[0]:,}th -> {last[0]:,}th request: x{ratio:.2f} "
+        f"({per / 1024:+.1f} KiB/conversation)"
     )
     if first[3] >= 0:
         line += f"; traced x{last[3] / first[3]:.2f}"
