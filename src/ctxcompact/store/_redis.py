@@ -166,13 +166,13 @@ class RedisStore:
 
     async def _connect(self, aioredis: Any, url: str) -> tuple[Any, dict[str, Any]]:
         from redis.asyncio.retry import Retry
-        from redis.backoff import ExponentialWithJitterBackoff
+        from redis.backoff import ExponentialBackoff
 
         client = aioredis.Redis.from_url(
             url,
             socket_timeout=self.timeout,
             socket_connect_timeout=self.timeout,
-            retry=Retry(ExponentialWithJitterBackoff(base=0.01, cap=0.5), _RETRIES),
+            retry=Retry(ExponentialBackoff(cap=0.5, base=0.01), _RETRIES),
         )
         try:
             await client.ping()
