@@ -381,7 +381,7 @@ class CompactionController:
         # The span is current during the run: the summarizer's own spans are its children.
         with compaction_span() as span:
             ran = await self._run(attempt, tools)
-            result = ran if isinstance(ran, CompactionResult) else self._accept(attempt, ran)
+            result = ran if isinstance(ran, CompactionResult) else await self._accept(attempt, ran)
             self._describe(span, result.event, reserved)
         return result
 
@@ -460,7 +460,7 @@ class CompactionController:
             return self._unchanged(attempt, "failed", problems, duration, outages.status)
         return _Output(output, time.perf_counter() - start, outages.status)
 
-    def _accept(self, attempt: _Attempt, ran: _Output) -> CompactionResult:
+    async def _accept(self, attempt: _Attempt, ran: _Output) -> CompactionResult:
         """Keep the strategy's output when it is valid and worth it; record what was removed."""
         history, st, estimate, name = attempt.history, attempt.state, attempt.estimate, attempt.name
         output, duration, outage = ran.output, ran.duration, ran.outage
@@ -486,7 +486,7 @@ class CompactionController:
         result = list(output)
         store_problem: Problem | None = None
         if self._store_hook is not None:  # after `duration`: recording is not the strategy's
-            result, store_problem = self._store_hook.keep(
+            result, store_problem = await self._store_hook.akeep(
                 history, result, st.produced, namespace=st.namespace
             )
             if same_messages(result, history):  # only recall placeholders hidden again
@@ -635,7 +635,7 @@ class CompactionController:
         store_problem: Problem | None = None
         if self._store_hook is not None and current is not history:
             st = state or self.state
-            current, store_problem = self._store_hook.keep(
+            current, store_problem = await self._store_hook.akeep(
                 history, list(current), st.produced, namespace=st.namespace
             )
         return PreparedRequest(list(current), tuple(skipped), store_problem)

@@ -259,7 +259,7 @@ class Rewriter:
         state = ControllerState(namespace=namespace if store is not None else None)
         received, reused = history, 0
         if self.reuse_summaries and store is not None:
-            history, reused = reuse_rewrites(store, namespace, history)
+            history, reused = await reuse_rewrites(store, namespace, history)
             state.produced.add(received, history)  # kept summaries are not originals
         before = controller.token_count(history, state=state)  # step() reuses this count
         if reused:
@@ -282,7 +282,7 @@ class Rewriter:
         if failed and event is not None:
             problems += event.problems
         if step.compacted and self.reuse_summaries and store is not None:
-            remember_rewrite(store, namespace, received, reused, history, step.history)
+            await remember_rewrite(store, namespace, received, reused, history, step.history)
         request: Sequence[Message] = step.request
         history = received
         n = len(history)
