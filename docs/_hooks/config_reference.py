@@ -192,7 +192,15 @@ def config_tables() -> list[Table]:
 
 
 def _cell(text: str) -> str:
-    return text.replace("|", "\\|") if "`" not in text else text
+    """A comment of ``config.example.toml`` as a table cell: plain text, its code spans kept.
+
+    Outside backticks, ``|`` would end the cell and ``[a][b]`` (``host[:port][/db]``) would be
+    read as a link reference, which the strict build reports as a missing target.
+    """
+    parts = re.split(r"(`[^`]*`)", text)
+    return "".join(
+        part if part.startswith("`") else re.sub(r"([|\[\]])", r"\\\1", part) for part in parts
+    )
 
 
 def config_reference_markdown() -> str:
