@@ -1,6 +1,6 @@
 """The format readers on mutated real conversations: a malformed input raises FormatError
 naming the item (never TypeError, KeyError, AttributeError...), and an accepted one
-round-trips exactly (up to the normalisations the README documents).
+round-trips exactly (up to the normalisations docs/guides/history-and-formats.md documents).
 
 Mutants are windows of the Codex rollouts and the 17 traces (as Responses items, OpenAI
 messages and Anthropic messages) with one to three random changes at any depth

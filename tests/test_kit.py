@@ -174,7 +174,7 @@ def test_check_int_names_the_parameter() -> None:
         check_int("max_chars", 0, minimum=1)
 
 
-# -- a strategy written from the kit alone (the README's example) --------------------------------
+# -- a strategy written from the kit alone (the example of docs/guides/writing-a-strategy.md) --
 
 PLACEHOLDER = "[old tool result hidden]"
 
@@ -199,7 +199,7 @@ class HideOldResults:
         return out if any(a is not b for a, b in zip(out, history, strict=True)) else None
 
 
-def test_the_readme_example_strategy_keeps_the_invariants_on_every_trace() -> None:
+def test_the_documented_example_strategy_keeps_the_invariants_on_every_trace() -> None:
     counter = HeuristicTokenCounter()
     saved = kept_errors = 0
     for name in trace_names():
@@ -215,7 +215,7 @@ def test_the_readme_example_strategy_keeps_the_invariants_on_every_trace() -> No
     assert kept_errors > 0
 
 
-def test_the_readme_example_strategy_batches_and_rejects_bad_params() -> None:
+def test_the_documented_example_strategy_batches_and_rejects_bad_params() -> None:
     def history(turns: int) -> list[Message]:
         out = [user("go")]
         for i in range(turns):

@@ -92,7 +92,7 @@ def compaction_span() -> Iterator[Span | None]:
 def compaction_attributes(
     event: CompactionEvent, *, max_context_size: int, reserved_context_size: int
 ) -> dict[str, Any]:
-    """The attributes of a compaction span (see the README's list).
+    """The attributes of a compaction span (the proxy guide, "Metrics and traces").
 
     Example:
         >>> from ctxcompact import CompactionEvent

@@ -141,7 +141,7 @@ def _runs_json(
 
 
 def replay_json(settings: ReplaySettings, replays: Sequence[FileReplay]) -> dict[str, Any]:
-    """The ``ctxcompact.replay/1`` document (see the README for every key)."""
+    """The ``ctxcompact.replay/1`` document (keys: the guide "Replay and reading its report")."""
     labels = settings.strategies
     baseline, compacted = total_of(replays, len(labels))
     return {

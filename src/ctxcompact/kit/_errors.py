@@ -279,8 +279,9 @@ def error_reason(text: str) -> str | None:
     ``error`` or ``"status": "error"``), ``traceback``, ``error_line``, ``error_word``,
     ``log_error``, ``exception_line``, ``compiler_error``, ``test_failure``, ``crash``,
     ``tool_error``, ``command_not_found``, ``permission_denied``, ``http_error``,
-    ``connection_refused``, ``timeout``, ``exit_code``, ``tool_use_error`` (the README
-    lists what each matches). Verdicts are cached by text (least recently used out; 16,384
+    ``connection_refused``, ``timeout``, ``exit_code``, ``tool_use_error`` (the guide
+    "Choosing a strategy" lists what each matches, under Schema1Masking). Verdicts are cached
+    by text (least recently used out; 16,384
     texts of up to 2,000 characters and 512 of up to 64,000, longer ones are not kept), so
     asking again about a text already seen costs a dictionary lookup.
 

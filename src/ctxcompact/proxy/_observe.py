@@ -177,7 +177,7 @@ def using(span: Span | None) -> Iterator[None]:
 
 
 def request_span_attributes(seen: Observation) -> dict[str, Any]:
-    """The attributes a request span gets when it ends (see the README's list)."""
+    """The attributes a request span gets when it ends (the proxy guide, "Metrics and traces")."""
     attributes: dict[str, Any] = {"ctxcompact.outcome": seen.outcome}
     if seen.status is not None:
         attributes["http.response.status_code"] = seen.status

@@ -58,7 +58,8 @@ class MaskPolicy:
     Attributes:
         enabled: Off means :func:`mask_old_tool_results` returns its input list itself.
         window_turns: How many of the newest tool turns keep their results (``<= 0``: off).
-        keep_errors: Leave results that look like errors (see the README's list) unmasked.
+        keep_errors: Leave results that look like errors unmasked (the guide "Choosing a
+            strategy" lists what counts).
         keep_last_k_per_tool: Keep the last K results of each tool name even outside the
             window (``None`` or 0: off).
         placeholder_template: Uses ``{tool_call_id}``, ``{tool_name}``, ``{original_chars}``;
