@@ -205,6 +205,41 @@ def test_a_key_without_a_description_fails_the_build(tmp_path: Path) -> None:
         reference.config_tables()
 
 
+# -- the README links into the site ----------------------------------------------------------
+
+_LINK = re.compile(r"\]\(([^)\s]+)\)")
+
+
+def readme_links(text: str) -> list[tuple[str, str]]:
+    """The README's links to files of the checkout: ``(path, anchor)``, anchor ``""`` if none."""
+    found = []
+    for target in _LINK.findall(text):
+        if re.match(r"[a-z]+:", target):  # http:, https:, mailto:
+            continue
+        path, _, anchor = target.partition("#")
+        found.append((path, anchor))
+    return found
+
+
+def test_the_readme_links_resolve_to_files_and_to_headings_of_the_built_site(site: Path) -> None:
+    # mkdocs --strict checks the pages' links; nothing checks the README's but this test, and an
+    # anchor left behind by a move is exactly what breaks silently on GitHub.
+    links = readme_links((ROOT / "README.md").read_text(encoding="utf-8"))
+    assert len({path for path, _ in links if path.startswith("docs/")}) >= 10
+    for path, anchor in links:
+        assert path, f"README.md links to #{anchor}: the README has no sections to link to"
+        assert (ROOT / path).exists(), f"README.md links to {path}, which does not exist"
+        if anchor:
+            page = Path(path).relative_to("docs").with_suffix("")
+            built = page_text(site, page.as_posix().removesuffix("/index").removesuffix("index"))
+            assert f'id="{anchor}"' in built, f"README.md: {path} has no heading #{anchor}"
+
+
+def test_readme_links_are_read_as_path_and_anchor_and_web_addresses_left_out() -> None:
+    text = "[a](docs/guides/proxy.md#no-such-heading) [b](https://example.org) [c](LICENSE)"
+    assert readme_links(text) == [("docs/guides/proxy.md", "no-such-heading"), ("LICENSE", "")]
+
+
 # -- a real browser renders the pages ---------------------------------------------------------
 
 
