@@ -240,6 +240,43 @@ def test_readme_links_are_read_as_path_and_anchor_and_web_addresses_left_out() -
     assert readme_links(text) == [("docs/guides/proxy.md", "no-such-heading"), ("LICENSE", "")]
 
 
+def table_rows(text: str, header: str) -> dict[str, list[str]]:
+    """The rows of the Markdown table whose header line starts with ``header``, by first cell."""
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(header))
+    rows: dict[str, list[str]] = {}
+    for line in lines[start + 2 :]:
+        if not line.startswith("|"):
+            break
+        cells = [cell.strip() for cell in line.strip("|").split("|")]
+        rows[cells[0]] = cells[1:]
+    return rows
+
+
+# README row -> the row of the full replay table it quotes (docs/guides/strategies.md).
+HEADLINE = {
+    "`tool-result-hiding`, 5 newest turns kept": "hiding n=5",
+    "`schema1-masking`, window 5": "masking window=5",
+    "`tool-result-truncation`, 8,000 characters": "truncation max 8000 chars",
+    "`context-guard` (drops old turns, errors included)": "context guard",
+}
+
+
+def test_the_readme_headline_figures_are_those_of_the_replay_table() -> None:
+    # The README quotes a few rows of one table; a change of the figures lands in the table
+    # (the one source) and this test says which README row still shows the old ones.
+    readme = table_rows((ROOT / "README.md").read_text(encoding="utf-8"), "| configuration |")
+    full = table_rows(
+        (ROOT / "docs/guides/strategies.md").read_text(encoding="utf-8"), "| configuration |"
+    )
+    recommended = next(label for label in full if "recommended.toml" in label)
+    quoted = {**HEADLINE, **{k: recommended for k in readme if "recommended.toml" in k}}
+    assert set(readme) == set(quoted), "a README row that quotes no row of the replay table"
+    for row, source in quoted.items():
+        input_, cost, anthropic, *_, referenced = full[source]
+        assert readme[row] == [input_, cost, anthropic, referenced], (row, full[source])
+
+
 # -- a real browser renders the pages ---------------------------------------------------------
 
 
