@@ -85,7 +85,11 @@ def create_app(
         timeout=p.timeout,
         max_body_bytes=p.max_body_bytes,
     )
-    recall = Recall(wiring.store) if wiring.recall and wiring.store is not None else None
+    recall = (
+        Recall(wiring.store, max_rounds=p.max_recall_rounds)
+        if wiring.recall and wiring.store is not None
+        else None
+    )
     rewriter = Rewriter(
         wiring.controller() if wiring.max_context_size is not None else None,
         per_model=ModelWindows(wiring) if wiring.max_context_size is None else None,
@@ -134,7 +138,8 @@ def __getattr__(name: str) -> object:
       ``httpx.AsyncClient`` of your own, ``create_app(client=...)``, the same);
     * ``ERROR_BODY_LIMIT``: bytes of an upstream 400/413 body read to tell a
       context-too-long error; a longer body is relayed whole, not retried;
-    * ``MAX_RECALL_ROUNDS``: recall rounds the proxy answers per client request at most.
+    * ``MAX_RECALL_ROUNDS``: recall rounds the proxy answers per client request by default
+      (``[proxy] max_recall_rounds``); a closing round follows.
     """
     if name not in _LAZY:
         raise AttributeError(f"module 'ctxcompact.proxy' has no attribute {name!r}")

@@ -316,6 +316,7 @@ class ProxyApp:
                 messages_after=report.messages_before,
                 problems=(*report.problems, problem),
                 recall_namespace=None,  # the recall tool went out with the rewrite
+                recall_added=False,
             )
             return raw, unsent
 

@@ -76,6 +76,9 @@ class RewriteReport:
     window: int | None = None
     recall_namespace: str | None = None
     """Set when the recall tool was offered: whose originals its calls read (not a header)."""
+    recall_added: bool = False
+    """The proxy added the recall tool (the client did not offer one of that name): its
+    calls must never reach the client (not a header)."""
     summarizer: str | None = None
     """``unavailable`` when the summarizer's circuit breaker refused a call (the request went
     without the summary, the cheaper tiers applied), ``failed`` when a call failed as in an
@@ -129,8 +132,10 @@ class Rewriter:
             (:class:`~ctxcompact.proxy._windows.ModelWindows`); a
             :class:`~ctxcompact.Problem` it returns is why the request is forwarded unchanged
             (``skipped``).
-        recall: Offers the recall tool on Chat Completions and Messages requests it changed
-            (``[store] recall``).
+        recall: Offers the recall tool on the requests it changed (``[store] recall``), on
+            every route; not on a Responses request that continues a conversation the
+            upstream keeps (``previous_response_id``, ``conversation``), whose earlier turns
+            the proxy neither sees nor could send back.
         reuse_summaries: With the controller's store, reuse a conversation's earlier
             compaction instead of computing it again (:mod:`ctxcompact.proxy._reuse`).
 
@@ -271,11 +276,13 @@ class Rewriter:
         offered = (
             self.recall is not None
             and store is not None
-            and provider != "responses"  # its tools have another shape: not offered there
             and not step.store_problems
+            and body.get("previous_response_id") is None
+            and body.get("conversation") is None
         )
+        added = False
         if offered and self.recall is not None:
-            new_body = self.recall.offer(new_body, provider)
+            new_body, added = self.recall.offer(new_body, provider)
         return new_body, RewriteReport(
             action,
             name,
@@ -285,6 +292,7 @@ class Rewriter:
             len(request),
             tuple(problems),
             recall_namespace=namespace if offered else None,
+            recall_added=added,
             summarizer=summarizer,
         )
 
