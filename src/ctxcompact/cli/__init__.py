@@ -190,6 +190,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     replay.add_argument("--plot", metavar="OUT.png", help="draw context tokens per call")
     replay.add_argument("--no-progress", action="store_true", help="no progress bar")
+    replay.add_argument(
+        "--no-store",
+        action="store_true",
+        help="no originals store ([store] enabled = false): nothing removed can be recalled "
+        "(a replay never writes a store file: its stores are in memory, one per conversation)",
+    )
     replay.set_defaults(run="replay")
 
     validate = commands.add_parser(
@@ -224,6 +230,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     proxy.add_argument("--host", help="address to listen on (default: [proxy] host, 127.0.0.1)")
     proxy.add_argument("--port", type=int, help="port to listen on (default: [proxy] port, 8787)")
+    proxy.add_argument(
+        "--no-store",
+        action="store_true",
+        help="keep no originals and no summaries ([store] enabled = false); by default they "
+        "go to [store] path, else a SQLite file in your cache folder (printed at start-up)",
+    )
     proxy.set_defaults(run="proxy")
     return parser
 

@@ -27,6 +27,8 @@ def run_proxy(args: argparse.Namespace) -> int:
         config = load_config(args.config)
     else:
         config = Config.from_dict({"compaction": {"strategy": DEFAULT_STRATEGY}})
+    if args.no_store:
+        config = config.model_copy(update={"store": config.store.disabled()})
     # One line per request (action, tokens before -> after, strategy, error): the proxy's
     # audit trail. Headers are never logged: they carry the API keys.
     handler = logging.StreamHandler(sys.stderr)

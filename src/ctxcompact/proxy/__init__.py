@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from .._wiring import as_config, wire
 from ..exceptions import MissingDependencyError
+from ..store._paths import default_store_path
 
 if TYPE_CHECKING:
     import httpx
@@ -50,6 +51,9 @@ def create_app(
     model whose window is not known is forwarded unchanged (``action=skipped``). A request
     the upstream refuses as over its window is cut and sent again (:mod:`._retry`).
 
+    The store is ``[store]``'s; when it names none, a SQLite file in the user's cache folder
+    (:func:`~ctxcompact.store.default_store_path`), unless ``[store] enabled = false``.
+
     Args:
         config: The configuration (``[compaction]``, ``[proxy]``, transforms, counting).
         strategy: Overrides ``[compaction] strategy``.
@@ -76,6 +80,7 @@ def create_app(
         llm=llm,
         token_counter=token_counter,
         build_store=True,
+        default_store=default_store_path(),
         per_model_windows=True,
     )
     p = wiring.config.proxy

@@ -23,6 +23,8 @@ from starlette.applications import Starlette
 from starlette.routing import Route
 
 from .._controller.problems import Problem
+from ..store._memory import MemoryStore
+from ..store._sqlite import SQLiteStore
 from ._callers import caller_namespace
 from ._http import (
     DROP_REQUEST,
@@ -232,11 +234,13 @@ class ProxyApp:
             access.addFilter(QuerylessAccessLog())
         logger.info(
             "ctxcompact proxy: OpenAI upstream %s, Anthropic upstream %s, strategy %s, "
-            "transforms %s",
+            "transforms %s, store %s, recall %s",
             display_url(self.settings.openai_base_url),
             display_url(self.settings.anthropic_base_url),
             self.rewriter.strategy_name,
             ", ".join(self.rewriter.transform_names) or "none",
+            describe_store(self._owned_store),
+            f"on (at most {self.recall.max_rounds} rounds)" if self.recall else "off",
         )
         try:
             yield
@@ -368,6 +372,19 @@ class ProxyApp:
         if report is not None:
             response_headers[REPORT_HEADER] = report.header()
         return Relay(upstream, shown, response_headers, chunks)
+
+
+def describe_store(store: object) -> str:
+    """The store for the start-up line: where, how big at most, how private."""
+    if isinstance(store, SQLiteStore):
+        return f"{store.path} (SQLite, at most {_mib(store.max_bytes)}, file 0600, folder 0700)"
+    if isinstance(store, MemoryStore):
+        return f"in memory (at most {_mib(store.max_bytes)})"
+    return "none" if store is None else type(store).__name__
+
+
+def _mib(n: int) -> str:
+    return f"{n / 2**20:g} MiB"
 
 
 _ANY_METHOD = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]
