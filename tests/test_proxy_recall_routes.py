@@ -67,27 +67,27 @@ def ask(proxy: str, route: str, stream: bool) -> tuple[str, Any]:
         client = openai_sdk(proxy).chat.completions
         messages = openai_history(turns=4, output_chars=300)
         if not stream:
-            answer = client.create(model="m", messages=messages, max_tokens=100)  # type: ignore[arg-type]
+            answer = client.create(model="m", messages=messages, max_tokens=100)
             return answer.choices[0].message.content or "", answer.model_dump()
-        chunks = list(client.create(model="m", messages=messages, max_tokens=100, stream=True))  # type: ignore[arg-type]
+        chunks = list(client.create(model="m", messages=messages, max_tokens=100, stream=True))
         text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
         return text, [c.model_dump() for c in chunks]
     if route == "messages":
         sdk = anthropic_sdk(proxy).messages
         history = anthropic_history(turns=4, output_chars=300)
         if not stream:
-            message = sdk.create(model="m", max_tokens=100, messages=history)  # type: ignore[arg-type]
+            message = sdk.create(model="m", max_tokens=100, messages=history)
         else:
-            with sdk.stream(model="m", max_tokens=100, messages=history) as events:  # type: ignore[arg-type]
+            with sdk.stream(model="m", max_tokens=100, messages=history) as events:
                 message = events.get_final_message()
         text = "".join(b.text for b in message.content if b.type == "text")
         return text, message.model_dump()
     responses = openai_sdk(proxy).responses
     items = responses_items(turns=4, output_chars=300)
     if not stream:
-        response = responses.create(model="m", input=items, max_output_tokens=100)  # type: ignore[arg-type]
+        response = responses.create(model="m", input=items, max_output_tokens=100)
     else:
-        with responses.stream(model="m", input=items, max_output_tokens=100) as events:  # type: ignore[arg-type]
+        with responses.stream(model="m", input=items, max_output_tokens=100) as events:
             response = events.get_final_response()
     return response.output_text, response.model_dump()
 
@@ -290,13 +290,13 @@ def test_a_client_that_offers_the_tool_itself_gets_the_calls_past_the_bound(
     ):
         answer = openai_sdk(proxy).chat.completions.create(
             model="m",
-            messages=openai_history(turns=4, output_chars=300),  # type: ignore[arg-type]
-            tools=[tool],  # type: ignore[list-item]
+            messages=openai_history(turns=4, output_chars=300),
+            tools=[tool],
             max_tokens=100,
         )
     assert len(fake.received) == 2  # one round answered by the proxy, no closing round
     calls = answer.choices[0].message.tool_calls or []
-    assert [c.function.name for c in calls] == [RECALL]  # type: ignore[union-attr]
+    assert [c.function.name for c in calls] == [RECALL]
 
 
 # -- every public trace, with a model that pages through everything --------------------------
