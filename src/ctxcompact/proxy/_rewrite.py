@@ -229,9 +229,9 @@ class Rewriter:
         received, reused = history, 0
         # A compaction made for one window is not the one another window needs (with no
         # window configured, each model's): kept rewrites are per caller and per window.
-        kept_under = f"{namespace}|{controller.max_context_size}"
+        scope = f"window={controller.max_context_size}"
         if self.reuse_summaries and store is not None:
-            history, reused = reuse_rewrites(store, kept_under, history)
+            history, reused = reuse_rewrites(store, namespace, history, scope=scope)
             state.produced.add(received, history)  # kept summaries are not originals
         before = controller.token_count(history, state=state)  # step() reuses this count
         if reused:
@@ -254,7 +254,7 @@ class Rewriter:
         if failed and event is not None:
             problems += event.problems
         if step.compacted and self.reuse_summaries and store is not None:
-            remember_rewrite(store, kept_under, received, reused, history, step.history)
+            remember_rewrite(store, namespace, received, reused, history, step.history, scope=scope)
         request: Sequence[Message] = step.request
         history = received
         n = len(history)
