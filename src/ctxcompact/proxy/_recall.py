@@ -49,7 +49,7 @@ if TYPE_CHECKING:
     from ..store._records import OriginalsStore
     from ._rewrite import RewriteReport
 
-__all__ = ["MAX_RECALL_ROUNDS", "Recall", "follow_up", "recall_calls"]
+__all__ = ["MAX_RECALL_ROUNDS", "Recall", "stream_state"]
 
 logger = logging.getLogger("ctxcompact.proxy")
 
@@ -164,18 +164,6 @@ class Recall:
 
 Resend: TypeAlias = "Callable[[bytes], Awaitable[httpx.Response]]"
 """Sends a follow-up request body upstream; its answer comes back streamed, not read yet."""
-
-
-def recall_calls(provider: str, answer: object) -> list[tuple[str, Any]] | None:
-    """``(id, arguments)`` of each call when ``answer`` calls only the recall tool, else None."""
-    if not isinstance(answer, dict):
-        return None
-    return SHAPES[provider].recall_calls(answer)
-
-
-def follow_up(provider: str, body: Body, answer: Body, results: list[tuple[str, str]]) -> Body:
-    """``body`` with the model's recall answer and the recall results appended."""
-    return SHAPES[provider].follow_up(body, answer, results)
 
 
 async def _read(upstream: httpx.Response) -> tuple[bytes, httpx.HTTPError | None]:
