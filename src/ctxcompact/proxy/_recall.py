@@ -39,7 +39,8 @@ from starlette.responses import JSONResponse, Response
 from .._defaults import MAX_RECALL_ROUNDS
 from ..store._recall import RECALL_TOOL_NAME, execute_recall
 from ._recall_formats import SHAPES, RecallShape, budget_spent, kept_back, tool_name
-from ._recall_stream import ChatStream, MessagesStream, StreamState, sse_events
+from ._recall_stream import ChatStream, StreamState, sse_events
+from ._recall_stream_messages import MessagesStream
 from ._recall_stream_responses import ResponsesStream
 from ._relay import Relay
 
