@@ -87,10 +87,12 @@ class ResponsesStream(StreamState):
         response = obj.get("response")
         if kind in _CLOSING and isinstance(response, dict):
             changed = self._close(response) or changed
-        if self.renumber or not isinstance(obj.get("sequence_number"), int):
+        if self.renumber:
             obj["sequence_number"] = self.sequence
             changed = True
-        self.sequence = obj["sequence_number"] + 1
+        if isinstance(obj.get("sequence_number"), int):
+            self.sequence = obj["sequence_number"] + 1
+        # An event the upstream left unnumbered goes out as it came, until a round renumbers.
         if not changed:
             return [(event + "\n\n").encode("utf-8")]
         return [sse(obj, str(kind))]
