@@ -74,7 +74,7 @@ def test_proxy_command_keeps_originals_in_a_private_file_in_the_cache_folder(
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700
     # The start-up line says where, how big at most, how private, and that recall is off.
-    assert f"store {path} (SQLite, at most 256 MiB, file 0600, folder 0700), recall off" in log
+    assert f"store SQLite {path} (at most 256 MiB, file 0600), recall off" in log
     # Without recall the request is what it was without a store: no tool, no recall text.
     sent = json.loads(fake.received[-1].body)
     assert "tools" not in sent

@@ -1,14 +1,16 @@
 """``[store]``: the originals store and recall, as configured in TOML.
 
-:func:`ctxcompact.wire` builds the store (:class:`~ctxcompact.store.SQLiteStore` for a
-``path``, else :class:`~ctxcompact.store.MemoryStore` when ``recall`` is on); the proxy's and
-the command line's default file (:func:`~ctxcompact.store.default_store_path`) is used
-unless ``enabled = false``.
+:func:`ctxcompact.wire` builds the store (:class:`~ctxcompact.store.RedisStore` for a
+``url``, :class:`~ctxcompact.store.SQLiteStore` for a ``path``, else
+:class:`~ctxcompact.store.MemoryStore` when ``recall`` is on); ``ctxcompact proxy`` and
+``wrap`` open their default file (:func:`~ctxcompact.store.default_store_path`) when the
+table names none, unless ``enabled = false``.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -22,11 +24,16 @@ __all__ = ["StoreConfig"]
 class StoreConfig(BaseModel):
     """``[store]``: keep what compaction removes, and let the model recall it.
 
-    ``path`` is a SQLite file (``~`` expanded, relative to the config file's folder);
-    ``recall = true`` without a ``path`` keeps the originals in memory for the life of the
-    process. Without either, the library attaches no store, and ``ctxcompact proxy`` opens
-    its default file in the user's cache folder (:func:`~ctxcompact.store.default_store_path`);
-    ``enabled = false`` turns every store off, that one included (``--no-store``).
+    ``path`` is a SQLite file (``~`` expanded, relative to the config file's folder); ``url``
+    a Redis server (``redis://[[user]:password@]host[:port][/db]``, ``rediss://`` or
+    ``unix://``; the ``redis`` extra), which processes on several machines share: give every
+    replica the same ``url`` and ``prefix``. ``recall = true`` without either keeps the
+    originals in memory for the life of the process. ``ttl`` (Redis only): seconds an entry
+    lives after it was last stored (none by default: the ``max_bytes`` bound alone evicts).
+    Without ``path``, ``url`` and ``recall`` the library attaches no store, and
+    ``ctxcompact proxy`` (and ``wrap``) opens its default file in the user's cache folder
+    (:func:`~ctxcompact.store.default_store_path`); ``enabled = false`` turns every store
+    off, that one included (``--no-store``).
 
     Example:
         >>> StoreConfig(recall=True).recall_placeholder
@@ -40,6 +47,9 @@ class StoreConfig(BaseModel):
     """``false``: no store at all, not even a default one; unset or ``true``: the store
     ``path`` and ``recall`` describe, or the caller's default."""
     path: str | None = Field(default=None, min_length=1)
+    url: str | None = Field(default=None, min_length=1)
+    prefix: str = Field(default="ctxcompact", pattern=r"^[A-Za-z0-9_.:-]{1,64}$")
+    ttl: float | None = Field(default=None, gt=0)
     max_bytes: int = Field(default=DEFAULT_MAX_BYTES, ge=1)
     recall: bool = False
     recall_placeholder: str = Field(default=DEFAULT_RECALL_TEMPLATE, min_length=1)
@@ -53,17 +63,29 @@ class StoreConfig(BaseModel):
             raise ValueError(exc.message) from None
         return value
 
+    @field_validator("url")
+    @classmethod
+    def _url(cls, value: str | None) -> str | None:
+        # Never echo the value: it may carry a password.
+        if value is not None and urlsplit(value).scheme not in ("redis", "rediss", "unix"):
+            raise ValueError("must be a redis://, rediss:// or unix:// URL")
+        return value
+
     @model_validator(mode="after")
-    def _not_both(self) -> StoreConfig:
-        if self.enabled is False and (self.path is not None or self.recall):
-            key = "path" if self.path is not None else "recall"
+    def _one_place(self) -> StoreConfig:
+        if self.path is not None and self.url is not None:
+            raise ValueError("give path (a SQLite file) or url (a Redis server), not both")
+        if self.ttl is not None and self.url is None:
+            raise ValueError("ttl applies to a Redis store (url) only")
+        if self.enabled is False and self.configured:
+            key = "path" if self.path is not None else "url" if self.url is not None else "recall"
             raise ValueError(f"enabled = false turns the store off, but {key} asks for one")
         return self
 
     @property
     def configured(self) -> bool:
-        """Whether the table asks for a store itself (a ``path``, or ``recall`` on)."""
-        return self.path is not None or self.recall
+        """Whether the table asks for a store itself (a ``path`` or a ``url``, or ``recall``)."""
+        return self.path is not None or self.url is not None or self.recall
 
     def disabled(self) -> StoreConfig:
         """This table with every store turned off (``--no-store``)."""

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 import httpx
 from starlette.responses import JSONResponse, Response
 
+from .._contract.tools import ERROR_PREFIX
 from .._defaults import MAX_RECALL_ROUNDS
 from ..store._recall import RECALL_TOOL_NAME, execute_recall
 from ._recall_formats import SHAPES, RecallShape, budget_spent, kept_back, tool_name
@@ -79,6 +80,9 @@ class Recall:
             raise ValueError(f"max_rounds must be 0 or more, got {max_rounds}")
         self.store = store
         self.max_rounds = max_rounds
+        self.on_answered: Callable[[int, int], object] | None = None
+        """Told how many calls each round answered and how many found their original (the
+        proxy's metrics)."""
 
     def offer(self, body: Body, provider: str) -> tuple[Body, bool]:
         """``body`` with the recall tool added to its ``tools``, and whether it was added
@@ -92,7 +96,13 @@ class Recall:
     def run(self, calls: list[tuple[str, Any]], namespace: str) -> list[tuple[str, str]]:
         """Each call's id and the text of its result (whatever the handle names: the
         executor reads it, the proxy passes it through)."""
-        return [(cid, execute_recall(self.store, args, namespace=namespace)) for cid, args in calls]
+        results = [
+            (cid, execute_recall(self.store, args, namespace=namespace)) for cid, args in calls
+        ]
+        if self.on_answered is not None:
+            found = sum(1 for _, text in results if not text.startswith(ERROR_PREFIX))
+            self.on_answered(len(results), found)
+        return results
 
     async def answer(self, calls: list[tuple[str, Any]], namespace: str) -> list[tuple[str, str]]:
         """:meth:`run` in a worker thread: a recall reads the store and scans a whole result

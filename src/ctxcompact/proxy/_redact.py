@@ -12,7 +12,7 @@ import logging
 
 import httpx
 
-__all__ = ["QuerylessAccessLog", "display_url", "shown_path"]
+__all__ = ["QuerylessAccessLog", "display_url", "shown_path", "shown_store"]
 
 MAX_SHOWN = 200
 """Longest path (or URL) a log line or an error shows; a longer one is cut and says so."""
@@ -53,6 +53,37 @@ def display_url(url: str) -> str:
         return _bounded(str(httpx.URL(url).copy_with(userinfo=b"", query=None, fragment=None)))
     except (httpx.InvalidURL, ValueError):
         return "(invalid URL)"
+
+
+def shown_store(store: object) -> str:
+    """Which store the proxy uses, as its start-up line says it: no credentials.
+
+    A store with a ``url`` (a server's) is shown by :func:`display_url`; the built-in ones
+    by kind and file, with their bound (and a file's mode).
+
+    Example:
+        >>> from ctxcompact.store import MemoryStore
+        >>> shown_store(None), shown_store(MemoryStore(max_bytes=2**20))
+        ('none', 'in memory (this process only, at most 1 MiB)')
+    """
+    # Deferred: the store package is only needed when the proxy names one.
+    from ..store import MemoryStore, SQLiteStore
+
+    if store is None:
+        return "none"
+    url = getattr(store, "url", None)
+    if isinstance(url, str):
+        return display_url(url)
+    if isinstance(store, SQLiteStore):
+        path = shown_path(str(store.path))
+        return f"SQLite {path} (at most {_mib(store.max_bytes)}, file 0600)"
+    if isinstance(store, MemoryStore):
+        return f"in memory (this process only, at most {_mib(store.max_bytes)})"
+    return type(store).__name__
+
+
+def _mib(n: int) -> str:
+    return f"{n / 2**20:g} MiB"
 
 
 class QuerylessAccessLog(logging.Filter):
