@@ -25,6 +25,7 @@ from tests.helpers.recall_upstream import MARKER, RECALL, Pager, signature
 from tests.helpers.responses_items import chat_to_items
 from tests.helpers.traces import load_trace, trace_names
 from tests.test_proxy import SECRET, anthropic_history, openai_history, start_proxy, write_config
+from tests.test_proxy_metrics import scrape, value
 from tests.test_proxy_responses import responses_items
 
 ROUTES = ["chat", "messages", "responses"]
@@ -239,6 +240,25 @@ def test_past_the_bound_the_model_is_told_and_its_calls_never_reach_the_client(
         assert [c["choices"][0]["finish_reason"] for c in got if c["choices"]][-1] == "stop"
     else:
         assert got["status"] == "completed"
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["plain", "streamed"])
+@pytest.mark.parametrize("route", ROUTES)
+def test_recall_rounds_are_counted_on_metrics_but_not_the_closing_round(
+    tmp_path: Path, route: str, stream: bool
+) -> None:
+    pager = Pager(stubborn=True)
+    with (
+        serve(pager) as url,
+        start_proxy(recall_config(tmp_path, url, extra="max_recall_rounds = 2\n")) as proxy,
+    ):
+        ask(proxy, route, stream)
+        samples = scrape(proxy)
+    assert len(pager.received) == 1 + 2 + 1  # two rounds answered, one closing round
+    # One call a round, each naming a handle a marker gave: two run, both found; the
+    # closing round's call was answered with "budget spent", not run.
+    assert value(samples, "ctxcompact_proxy_recall_calls_total") == 2
+    assert value(samples, "ctxcompact_proxy_recall_hits_total") == 2
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["plain", "streamed"])
