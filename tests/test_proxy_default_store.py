@@ -90,6 +90,27 @@ def test_no_store_flag_keeps_nothing(tmp_path: Path) -> None:
     assert "store none, recall off" in log
 
 
+def test_no_store_flag_wins_over_the_configs_store(tmp_path: Path) -> None:
+    fake = FakeUpstream()
+    named = tmp_path / "named.db"
+    with serve_in_thread(fake.app()) as upstream:
+        config = write_config(tmp_path, upstream, extra=f'[store]\npath = "{named}"\n')
+        r, log = run_proxy_command(config, "--no-store")
+    assert "action=compacted" in r.headers["x-ctxcompact"]
+    assert not named.exists()
+    assert not cache_file().parent.exists()
+    assert "store none, recall off" in log
+
+
+@pytest.mark.parametrize("command", ["proxy", "wrap"])
+def test_store_and_no_store_together_are_a_usage_error(
+    command: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = [command, "--store", "o.db", "--no-store"]
+    assert main([*args, "--", "true"] if command == "wrap" else args) == 2
+    assert "--store and --no-store: give one or the other" in capsys.readouterr().err
+
+
 def test_store_enabled_false_keeps_nothing(tmp_path: Path) -> None:
     fake = FakeUpstream()
     with serve_in_thread(fake.app()) as upstream:
@@ -117,7 +138,7 @@ def test_recall_without_a_path_uses_the_default_file_in_the_proxy(tmp_path: Path
     assert stored_rows(cache_file()) == 3
 
 
-@pytest.mark.parametrize("key", ["recall = true", 'path = "o.db"'])
+@pytest.mark.parametrize("key", ["recall = true", 'path = "o.db"', 'url = "redis://127.0.0.1:1/0"'])
 def test_store_enabled_false_with_a_store_asked_for_is_a_config_error(
     tmp_path: Path, key: str
 ) -> None:
@@ -125,6 +146,7 @@ def test_store_enabled_false_with_a_store_asked_for_is_a_config_error(
     path.write_text(f"[store]\nenabled = false\n{key}\n", encoding="utf-8")
     with pytest.raises(ConfigError, match="enabled = false turns the store off") as caught:
         load_config(path)
+    assert f"but {key.split()[0]} asks for one" in str(caught.value)
     assert caught.value.key is not None
     assert caught.value.key.startswith("store")
 
