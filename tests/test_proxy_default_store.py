@@ -138,6 +138,22 @@ def test_recall_without_a_path_uses_the_default_file_in_the_proxy(tmp_path: Path
     assert stored_rows(cache_file()) == 3
 
 
+def test_path_memory_keeps_the_originals_in_the_process_and_no_file(tmp_path: Path) -> None:
+    fake = FakeUpstream()
+    fake.recall_ids = ["call_0"]
+    with serve_in_thread(fake.app()) as upstream:
+        extra = '[store]\nrecall = true\npath = ":memory:"\n'
+        config = write_config(tmp_path, upstream, extra=extra)
+        with start_proxy(config) as proxy:
+            messages = openai_history(turns=4, output_chars=300)
+            body = {"model": "m", "messages": messages, "max_tokens": 100}
+            r = httpx.post(f"{proxy}/v1/chat/completions", json=body, headers={"x-api-key": "k"})
+    assert r.status_code == 200
+    assert "1: line 0" in fake.received[1].json()["messages"][-1]["content"]
+    assert not cache_file().parent.exists()
+    assert [p.name for p in tmp_path.iterdir()] == ["proxy.toml"]  # no SQLite file beside it
+
+
 @pytest.mark.parametrize("key", ["recall = true", 'path = "o.db"', 'url = "redis://127.0.0.1:1/0"'])
 def test_store_enabled_false_with_a_store_asked_for_is_a_config_error(
     tmp_path: Path, key: str

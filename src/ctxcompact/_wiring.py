@@ -550,8 +550,8 @@ def _transform_tables(config: Config) -> list[tuple[str, TransformTable]]:
 
 def open_store(config: Config, *, default: Path | None = None) -> OriginalsStore | None:
     """The store ``[store]`` describes: a :class:`RedisStore` at ``url``, a
-    :class:`SQLiteStore` at ``path`` (``~`` expanded, relative to the config file's folder),
-    else at ``default`` when given, a
+    :class:`MemoryStore` for ``path = ":memory:"``, a :class:`SQLiteStore` at ``path`` (``~``
+    expanded, relative to the config file's folder), else at ``default`` when given, a
     :class:`MemoryStore` when only ``recall`` is on, else ``None``.
 
     Raises:
@@ -568,6 +568,8 @@ def open_store(config: Config, *, default: Path | None = None) -> OriginalsStore
             )
         except StoreError as exc:  # its text shows the URL without credentials
             raise ConfigError(str(exc), path=_where(config), key="store.url") from exc
+    if table.in_memory:
+        return MemoryStore(max_bytes=table.max_bytes)
     path = table.resolved_path(config.path) or default
     if path is None:
         return MemoryStore(max_bytes=table.max_bytes) if table.recall else None

@@ -21,15 +21,22 @@ from ..store._recall import DEFAULT_RECALL_TEMPLATE, recall_placeholder
 __all__ = ["StoreConfig"]
 
 
+MEMORY_PATH = ":memory:"
+"""The ``[store] path`` that asks for an in-memory store, as SQLite spells it."""
+
+
 class StoreConfig(BaseModel):
     """``[store]``: keep what compaction removes, and let the model recall it.
 
     ``path`` is a SQLite file (``~`` expanded, relative to the config file's folder); ``url``
     a Redis server (``redis://[[user]:password@]host[:port][/db]``, ``rediss://`` or
     ``unix://``; the ``redis`` extra), which processes on several machines share: give every
-    replica the same ``url`` and ``prefix``. ``recall = true`` without either keeps the
-    originals in memory for the life of the process. ``ttl`` (Redis only): seconds an entry
-    lives after it was last stored (none by default: the ``max_bytes`` bound alone evicts).
+    replica the same ``url`` and ``prefix``. ``path = ":memory:"`` (SQLite's own name for
+    it) keeps the originals in this process's memory, bounded by ``max_bytes``, until it
+    exits. ``recall = true`` without ``path`` or ``url`` keeps them in memory too, except in
+    ``ctxcompact proxy`` and ``wrap``, which then open their default file. ``ttl`` (Redis
+    only): seconds an entry lives after it was last stored (none by default: the
+    ``max_bytes`` bound alone evicts).
     Without ``path``, ``url`` and ``recall`` the library attaches no store, and
     ``ctxcompact proxy`` (and ``wrap``) opens its default file in the user's cache folder
     (:func:`~ctxcompact.store.default_store_path`); ``enabled = false`` turns every store
@@ -93,9 +100,15 @@ class StoreConfig(BaseModel):
             enabled=False, max_bytes=self.max_bytes, recall_placeholder=self.recall_placeholder
         )
 
+    @property
+    def in_memory(self) -> bool:
+        """``path = ":memory:"``: a :class:`~ctxcompact.store.MemoryStore`, no file."""
+        return self.path == MEMORY_PATH
+
     def resolved_path(self, config_path: Path | None) -> Path | None:
-        """``path`` with ``~`` expanded, relative to the config file's folder."""
-        if self.path is None:
+        """``path`` with ``~`` expanded, relative to the config file's folder (``None`` for
+        ``":memory:"``)."""
+        if self.path is None or self.in_memory:
             return None
         path = Path(self.path).expanduser()
         if not path.is_absolute() and config_path is not None:
