@@ -31,7 +31,7 @@ from ._plugins.loader import load_strategy
 from ._tokens.counters import TokenCounter, counter_from_config
 from ._tokens.windows import context_window
 from .exceptions import ConfigError, LLMRequiredError, StoreError, UserError
-from .llm import CircuitBreakerLLM, build_llm
+from .llm import CircuitBreakerLLM, FallbackLLM, build_llm
 from .llm._base import SDKAdapter
 from .store._memory import MemoryStore
 from .store._recall import DEFAULT_RECALL_TEMPLATE
@@ -430,15 +430,29 @@ def build_llm_with_window(llm_config: LLMConfig, models: Mapping[str, int] | Non
     return llm
 
 
-def build_summarizer(llm_config: LLMConfig, models: Mapping[str, int] | None = None) -> LLM:
+def build_summarizer(
+    llm_config: LLMConfig, models: Mapping[str, int] | None = None, *, breakers: bool = True
+) -> LLM:
     """The summarizer ``[compaction.llm]`` describes: :func:`build_llm_with_window`'s model
     inside a :class:`~ctxcompact.llm.CircuitBreakerLLM` (``breaker_failures``,
-    ``breaker_cooldown``; none when ``breaker_failures = 0``).
+    ``breaker_cooldown``; none when ``breaker_failures = 0``), and with ``fallbacks`` a
+    :class:`~ctxcompact.llm.FallbackLLM` of it and each fallback, each in its own breaker.
 
-    One breaker per summarizer built: every controller, conversation and proxy request that
-    the wiring serves shares it, so an outage is paid by the first calls only."""
+    One breaker per model built: every controller, conversation and proxy request that the
+    wiring serves shares it, so an outage is paid by the first calls only. ``breakers=False``
+    builds none (a replay measures every failure)."""
+    chain = [
+        _summarizer_model(table, models, breaker=breakers)
+        for table in (llm_config, *llm_config.fallbacks)
+    ]
+    return chain[0] if len(chain) == 1 else FallbackLLM(chain)
+
+
+def _summarizer_model(
+    llm_config: LLMConfig, models: Mapping[str, int] | None, *, breaker: bool
+) -> LLM:
     llm = build_llm_with_window(llm_config, models)
-    if llm_config.breaker_failures == 0:
+    if not breaker or llm_config.breaker_failures == 0:
         return llm
     return CircuitBreakerLLM(
         llm, failure_threshold=llm_config.breaker_failures, cooldown=llm_config.breaker_cooldown

@@ -98,6 +98,24 @@ class LLMConfig(_Table):
     ``[compaction.llm]`` has a breaker."""
     breaker_cooldown: float = Field(default=DEFAULT_BREAKER_COOLDOWN, gt=0)
     """Seconds an open breaker refuses summarizer calls at once before one probe goes."""
+    fallbacks: list[LLMConfig] = Field(default_factory=list)
+    """``[compaction.llm]`` only: the models to summarize with, in order, when this one fails
+    (:class:`~ctxcompact.llm.FallbackLLM`), each a table with the same keys but
+    ``fallbacks``, each in its own circuit breaker. The summarizer's request is fitted to the
+    smallest window among them."""
+
+    @model_validator(mode="after")
+    def _flat_chain(self) -> LLMConfig:
+        for k, fallback in enumerate(self.fallbacks):
+            if fallback.fallbacks:
+                raise field_error(
+                    type(self),
+                    ("fallbacks", str(k), "fallbacks"),
+                    "a fallback has no fallbacks of its own: list every model in the one "
+                    "[compaction.llm] fallbacks list, in order",
+                    "[...]",
+                )
+        return self
 
     @model_validator(mode="before")
     @classmethod
@@ -250,6 +268,17 @@ class AgentConfig(_Table):
     max_steps: int = Field(default=DEFAULT_MAX_STEPS, ge=1)
     system_prompt: str | None = None
     llm: LLMConfig | None = None
+
+    @model_validator(mode="after")
+    def _no_fallbacks(self) -> AgentConfig:
+        if self.llm is not None and self.llm.fallbacks:
+            raise field_error(
+                type(self),
+                ("llm", "fallbacks"),
+                "only the summarizer ([compaction.llm]) has fallbacks",
+                "[...]",
+            )
+        return self
 
 
 class ProxyConfig(_Table):

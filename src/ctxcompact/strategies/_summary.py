@@ -27,6 +27,7 @@ from ..exceptions import (
     CompactionError,
     ContextTooLongError,
     LLMRequiredError,
+    SummaryNotSmallerError,
     SummaryRejectedError,
 )
 from ..kit import MAX_CHARS_PER_TOKEN, check_int, options_repr
@@ -610,7 +611,9 @@ def check_summary(
             ``too_long`` (the text, without the prefix, over ``max_tokens`` in ``counter``
             tokens), ``no_letters``,
             ``garbage`` (over :data:`MAX_GARBAGE_FRACTION` control or similar characters)
-            or ``not_smaller`` (the summary message costs at least what it replaces).
+            or ``not_smaller`` (the summary message costs at least what it replaces: then a
+            :class:`~ctxcompact.exceptions.SummaryNotSmallerError`, also a
+            :class:`~ctxcompact.exceptions.NotSmallerError`).
     """
 
     def refuse(reason: str, detail: str) -> SummaryRejectedError:
@@ -640,6 +643,9 @@ def check_summary(
     tokens = counter.count_message(summary)
     before = sum(counter.count_message(m) for m in replaced)
     if tokens >= before:
-        raise refuse(
-            "not_smaller", f"{tokens} tokens would replace {len(replaced)} message(s) of {before}"
+        raise SummaryNotSmallerError(
+            f"LLMSummary: summary refused (not_smaller): {tokens} tokens would replace "
+            f"{len(replaced)} message(s) of {before}; the history is kept",
+            tokens_before=before,
+            tokens_after=tokens,
         )
