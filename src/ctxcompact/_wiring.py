@@ -40,7 +40,7 @@ from .store._sqlite import SQLiteStore
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
 
-    from ._config.config import LLMConfig
+    from ._config.config import FallbackConfig, LLMConfig
     from ._config.tables import TransformTable
     from ._controller.controller import EventCallback
     from .store._records import OriginalsStore
@@ -97,6 +97,7 @@ class Wiring:
         recall_placeholder: ``[store] recall_placeholder``, the recall placeholder template.
         owned_store: Whether ``store`` was built here (then its owner closes it).
         cache_ttl: ``[compaction] cache_ttl``.
+        precompute_ratio: ``[compaction] precompute_ratio``.
         per_conversation: Each :meth:`controller` serves one conversation: a strategy object
             and transforms of its own and, with ``[store] recall`` and no store here, an
             in-memory store of its own (the command line's replays).
@@ -133,6 +134,7 @@ class Wiring:
     recall_placeholder: str = DEFAULT_RECALL_TEMPLATE
     owned_store: bool = False
     cache_ttl: float | None = None
+    precompute_ratio: float | None = None
     per_conversation: bool = False
     arrival_truncation: ToolResultTruncation | None = None
     reload_strategy: Callable[[], CompactionStrategy] | None = field(
@@ -195,6 +197,7 @@ class Wiring:
                 self.recall_placeholder if self.recall and store is not None else None
             ),
             cache_ttl=self.cache_ttl,
+            precompute_ratio=self.precompute_ratio,
         )
 
 
@@ -284,6 +287,7 @@ def wire(
         recall_placeholder=config.store.recall_placeholder,
         owned_store=opened,
         cache_ttl=comp.cache_ttl,
+        precompute_ratio=comp.precompute_ratio,
         per_conversation=per_conversation,
         arrival_truncation=_arrival_truncation(config) if agent else None,
         reload_strategy=reload,
@@ -416,7 +420,9 @@ def build_models(config: Config, llm: LLM | None = None, *, agent: bool = False)
     return Models(summarizer, agent_llm, tuple(owned))
 
 
-def build_llm_with_window(llm_config: LLMConfig, models: Mapping[str, int] | None = None) -> LLM:
+def build_llm_with_window(
+    llm_config: FallbackConfig, models: Mapping[str, int] | None = None
+) -> LLM:
     """The adapter ``llm_config`` describes, stating its model's own window
     (:class:`~ctxcompact.WindowedLLM`): ``context_window`` when configured, else the
     model table's (:func:`ctxcompact.context_window`, with the ``[models]`` overrides), else
@@ -449,7 +455,7 @@ def build_summarizer(
 
 
 def _summarizer_model(
-    llm_config: LLMConfig, models: Mapping[str, int] | None, *, breaker: bool
+    llm_config: FallbackConfig, models: Mapping[str, int] | None, *, breaker: bool
 ) -> LLM:
     llm = build_llm_with_window(llm_config, models)
     if not breaker or llm_config.breaker_failures == 0:

@@ -23,6 +23,7 @@ from .._defaults import (
     DEFAULT_MAX_FAILURES,
     DEFAULT_MAX_STEPS,
     DEFAULT_MIN_PROGRESS,
+    DEFAULT_PRECOMPUTE_RATIO,
     DEFAULT_RESERVED_CONTEXT_SIZE,
     TRIGGER_RATIO_RANGE,
 )
@@ -46,6 +47,7 @@ __all__ = [
     "CompactionConfig",
     "Config",
     "ContextGuardConfig",
+    "FallbackConfig",
     "LLMConfig",
     "ObservationMaskingConfig",
     "PricingConfig",
@@ -68,15 +70,16 @@ class _Table(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, validate_assignment=True)
 
 
-class LLMConfig(_Table):
-    """The model a strategy summarizes with (``[compaction.llm]``) or an agent runs on.
+class FallbackConfig(_Table):
+    """One model of ``[compaction.llm] fallbacks``: every key of :class:`LLMConfig` but
+    ``fallbacks`` (the chain is one flat list).
 
     The API key is never stored: :meth:`api_key` reads the environment variable named by
     ``api_key_env`` each time it is called, so it cannot leak through a repr, a log or an
     error message.
 
     Example:
-        >>> LLMConfig(provider="anthropic", model="claude-sonnet-4-5").api_key_env
+        >>> FallbackConfig(provider="anthropic", model="claude-haiku-4-5").api_key_env
         'ANTHROPIC_API_KEY'
     """
 
@@ -98,24 +101,6 @@ class LLMConfig(_Table):
     ``[compaction.llm]`` has a breaker."""
     breaker_cooldown: float = Field(default=DEFAULT_BREAKER_COOLDOWN, gt=0)
     """Seconds an open breaker refuses summarizer calls at once before one probe goes."""
-    fallbacks: list[LLMConfig] = Field(default_factory=list)
-    """``[compaction.llm]`` only: the models to summarize with, in order, when this one fails
-    (:class:`~ctxcompact.llm.FallbackLLM`), each a table with the same keys but
-    ``fallbacks``, each in its own circuit breaker. The summarizer's request is fitted to the
-    smallest window among them."""
-
-    @model_validator(mode="after")
-    def _flat_chain(self) -> LLMConfig:
-        for k, fallback in enumerate(self.fallbacks):
-            if fallback.fallbacks:
-                raise field_error(
-                    type(self),
-                    ("fallbacks", str(k), "fallbacks"),
-                    "a fallback has no fallbacks of its own: list every model in the one "
-                    "[compaction.llm] fallbacks list, in order",
-                    "[...]",
-                )
-        return self
 
     @model_validator(mode="before")
     @classmethod
@@ -151,6 +136,25 @@ class LLMConfig(_Table):
         return os.environ.get(self.api_key_env) or None
 
 
+class LLMConfig(FallbackConfig):
+    """The model a strategy summarizes with (``[compaction.llm]``) or an agent runs on.
+
+    The API key is never stored: :meth:`api_key` reads the environment variable named by
+    ``api_key_env`` each time it is called, so it cannot leak through a repr, a log or an
+    error message.
+
+    Example:
+        >>> LLMConfig(provider="anthropic", model="claude-sonnet-4-5").api_key_env
+        'ANTHROPIC_API_KEY'
+    """
+
+    fallbacks: list[FallbackConfig] = Field(default_factory=list)
+    """``[compaction.llm]`` only: the models to summarize with, in order, when this one fails
+    (:class:`~ctxcompact.llm.FallbackLLM`), each a table with the same keys but
+    ``fallbacks``, each in its own circuit breaker. The summarizer's request is fitted to the
+    smallest window among them."""
+
+
 class CompactionConfig(_Table):
     """``[compaction]``: which strategy runs, and when (KLIP-13).
 
@@ -173,6 +177,9 @@ class CompactionConfig(_Table):
     min_progress: float = Field(default=DEFAULT_MIN_PROGRESS, ge=0.0, lt=1.0)
     max_failures: int = Field(default=DEFAULT_MAX_FAILURES, ge=1)
     cache_ttl: float | None = Field(default=None, gt=0)
+    precompute_ratio: float = Field(default=DEFAULT_PRECOMPUTE_RATIO, ge=0.0, lt=1.0)
+    """Fraction of the trigger at which a summarizing strategy starts its summary in the
+    background, to swap it in when the trigger fires (``0``: only at the trigger)."""
     params: dict[str, object] = Field(default_factory=dict)
     llm: LLMConfig | None = None
 

@@ -18,16 +18,18 @@ knows that *some* builder may be installed.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
-from .._contract.protocols import CompactionContext, CompactionStrategy
+from .._contract.protocols import CompactionContext, CompactionStrategy, summarizes_ahead
 from .._defaults import (
     DEFAULT_MAX_FAILURES,
     DEFAULT_MIN_PROGRESS,
+    DEFAULT_PRECOMPUTE_RATIO,
     DEFAULT_RESERVED_CONTEXT_SIZE,
     TRIGGER_RATIO_RANGE,
 )
@@ -36,6 +38,7 @@ from ..exceptions import ConfigError, LLMUnavailableError, UserError
 from ..llm._breaker import LLMOutages, watch_outages
 from ..store._records import DEFAULT_NAMESPACE
 from .events import (
+    AheadUse,
     CompactionEvent,
     CompactionResult,
     EventStatus,
@@ -53,7 +56,7 @@ from .store_hook import StoreHook
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-    from .._contract.protocols import LLM, ToolSpec, Usage
+    from .._contract.protocols import LLM, SummaryAhead, ToolSpec, Usage
     from .._history.messages import Message
     from ..llm._breaker import OutageStatus
     from ..store._records import OriginalsStore
@@ -150,6 +153,14 @@ class CompactionController:
             The result is kept only if it saves at least ``min_progress`` of the tokens;
             otherwise it is a ``noop`` (not a failure). ``None``: off.
         clock: The time source for ``cache_ttl`` (seconds; a replay passes the recording's).
+        precompute_ratio: With a strategy that can summarize ahead of time
+            (:class:`~ctxcompact.SummarizesAhead`: ``LLMSummary``, ``HidingThenSummary``, a
+            ``Pipeline`` with one of them), start its summary in the background once the
+            conversation reaches this fraction of the trigger (the KLIP-13 threshold, or
+            ``trigger_ratio``'s when lower), and swap it in when the trigger fires: the
+            prompt cache holds until then, and the agent does not wait for the summarizer
+            unless the summary is still being written (see :mod:`ctxcompact._controller.ahead`).
+            ``None`` or ``0``: summaries are written when the trigger fires.
 
     Example:
         >>> from ctxcompact import Message
@@ -184,6 +195,7 @@ class CompactionController:
         recall_placeholder: str | None = None,
         cache_ttl: float | None = None,
         clock: Callable[[], float] = time.monotonic,
+        precompute_ratio: float | None = DEFAULT_PRECOMPUTE_RATIO,
     ) -> None:
         if max_context_size <= 0:
             raise ConfigError(f"must be > 0, got {max_context_size}", key="max_context_size")
@@ -207,6 +219,10 @@ class CompactionController:
             raise ConfigError(f"must be >= 1, got {max_failures}", key="max_failures")
         if cache_ttl is not None and not cache_ttl > 0:
             raise ConfigError(f"must be > 0 seconds, got {cache_ttl}", key="cache_ttl")
+        if precompute_ratio is not None and not 0 <= precompute_ratio < 1:
+            raise ConfigError(
+                f"must be in [0, 1) (0: off), got {precompute_ratio}", key="precompute_ratio"
+            )
         self.strategy = strategy
         self.max_context_size = max_context_size
         self.reserved_context_size = reserved_context_size
@@ -220,6 +236,7 @@ class CompactionController:
         self.max_failures = max_failures
         self.cache_ttl = cache_ttl
         self.clock = clock
+        self.precompute_ratio = precompute_ratio or None
         self.state = ControllerState()
         """The conversation state used when a call passes none."""
         if recall_placeholder is not None and store is None:
@@ -370,11 +387,132 @@ class CompactionController:
         )
         attempt = self._decide(history, st, force=force, reserved=reserved)
         if isinstance(attempt, CompactionResult):
+            if attempt.event is None:  # below the trigger: maybe time to summarize ahead
+                self._start_ahead(history, st, reserved, tools)
             return attempt
-        ran = await self._run(attempt, tools)
+        ahead, waited = await st.ahead.take(history)
+        ran = await self._run(attempt, tools, ahead, waited)
         if isinstance(ran, CompactionResult):
             return ran
-        return self._accept(attempt, ran)
+        result = self._accept(attempt, ran)
+        if result.changed:  # still near the trigger: the next summary starts now
+            self._start_ahead(result.history, st, reserved, tools)
+        return result
+
+    # -- summaries ahead of time ---------------------------------------------------------------
+
+    def _ahead_point(self, reserved: int) -> float | None:
+        """The token count from which a summary is made ahead (``None``: never)."""
+        ratio = self.precompute_ratio
+        if ratio is None or not summarizes_ahead(self.strategy):
+            return None
+        trigger = float(self.max_context_size - reserved)
+        if self.trigger_ratio is not None:
+            trigger = min(trigger, self.trigger_ratio * self.max_context_size)
+        return ratio * trigger
+
+    def ahead_due(
+        self,
+        history: Sequence[Message],
+        *,
+        state: ControllerState | None = None,
+        reserved_context_size: int | None = None,
+    ) -> bool:
+        """Whether ``history`` has reached the point where its summary is made ahead of the
+        trigger (``precompute_ratio``), with a strategy that can (the trigger itself is
+        not checked: at the trigger the summary is made by the run).
+
+        Example:
+            >>> from ctxcompact import Message
+            >>> from ctxcompact.strategies import LLMSummary
+            >>> c = CompactionController(LLMSummary(), max_context_size=1000,
+            ...                          reserved_context_size=200, precompute_ratio=0.5)
+            >>> c.ahead_due([Message.user("x " * 1000)]), c.ahead_due([Message.user("x")])
+            (True, False)
+        """
+        reserved = (
+            self.reserved_context_size if reserved_context_size is None else reserved_context_size
+        )
+        point = self._ahead_point(reserved)
+        return point is not None and self.token_count(history, state=state) >= point
+
+    def _start_ahead(
+        self,
+        history: Sequence[Message],
+        st: ControllerState,
+        reserved: int,
+        tools: Sequence[ToolSpec] | None,
+    ) -> None:
+        if not st.background or not summarizes_ahead(self.strategy):
+            return
+        if st.ahead.busy_for(history) or not self.ahead_due(
+            history, state=st, reserved_context_size=reserved
+        ):
+            return
+        ctx = self._context(history, self.token_count(history, state=st), reserved, tools)
+        st.ahead.start(history, self.strategy.summarize_ahead(ctx))
+
+    async def summarize_ahead(
+        self,
+        history: Sequence[Message],
+        *,
+        state: ControllerState | None = None,
+        reserved_context_size: int | None = None,
+        tools: Sequence[ToolSpec] | None = None,
+    ) -> SummaryAhead | None:
+        """The strategy's summary of ``history`` made now, for a later trigger: what the
+        background task runs, for callers that keep it themselves (the proxy keeps it in its
+        store, since its states last one request). ``None`` when the strategy cannot make
+        one, sees no need, or fails (logged; the trigger's run then summarizes)."""
+        strategy = self.strategy
+        if not summarizes_ahead(strategy):
+            return None
+        reserved = (
+            self.reserved_context_size if reserved_context_size is None else reserved_context_size
+        )
+        ctx = self._context(history, self.token_count(history, state=state), reserved, tools)
+        try:
+            return await strategy.summarize_ahead(ctx)
+        except Exception as exc:
+            logger.warning(
+                "summary ahead of time failed (%s); the trigger's run summarizes instead",
+                type(exc).__name__,
+            )
+            logger.debug("summary ahead of time failed: %s", exc)
+            return None
+
+    def offer_ahead(
+        self, history: Sequence[Message], ahead: SummaryAhead, *, state: ControllerState
+    ) -> None:
+        """Hand ``state`` a summary made ahead for the start of ``history`` (kept by the
+        caller, e.g. the proxy's store): the next triggered run gets it as ``ctx.ahead``."""
+        state.ahead.offer(history, ahead)
+
+    async def settle(self, *, state: ControllerState | None = None) -> None:
+        """Wait until the summary being made ahead for this conversation, if any, is done.
+
+        A replay calls it after each model call it bills, standing for the time the agent's
+        model takes to answer: the summary is written meanwhile, off the hot path."""
+        await (state or self.state).ahead.settle()
+
+    def _context(
+        self,
+        history: Sequence[Message],
+        tokens: int,
+        reserved: int,
+        tools: Sequence[ToolSpec] | None,
+        ahead: SummaryAhead | None = None,
+    ) -> CompactionContext:
+        return CompactionContext(
+            history=tuple(history),  # a copy: a faulty strategy cannot mutate it
+            token_count=tokens,
+            max_context_size=self.max_context_size,
+            reserved_context_size=reserved,
+            llm=self.llm,
+            token_counter=self.token_counter,
+            tools=tools,
+            ahead=ahead,
+        )
 
     def _decide(
         self, history: Sequence[Message], st: ControllerState, *, force: bool, reserved: int
@@ -413,18 +551,20 @@ class CompactionController:
         return attempt
 
     async def _run(
-        self, attempt: _Attempt, tools: Sequence[ToolSpec] | None
+        self,
+        attempt: _Attempt,
+        tools: Sequence[ToolSpec] | None,
+        ahead: SummaryAhead | None = None,
+        waited: float = 0.0,
     ) -> _Output | CompactionResult:
-        """Run the strategy on a copy of the history; when it raises, the ``failed`` result."""
-        ctx = CompactionContext(
-            history=tuple(attempt.history),  # a copy: a faulty strategy cannot mutate it
-            token_count=attempt.tokens,
-            max_context_size=self.max_context_size,
-            reserved_context_size=attempt.reserved,
-            llm=self.llm,
-            token_counter=self.token_counter,
-            tools=tools,
-        )
+        """Run the strategy on a copy of the history, with the summary made ahead if any;
+        when it raises, the ``failed`` result."""
+        if ahead is not None:  # the positions it refers to are this history's
+            ahead = dataclasses.replace(ahead, history_length=len(attempt.history))
+            attempt = dataclasses.replace(attempt, ahead=ahead, waited=waited)
+        elif waited:
+            attempt = dataclasses.replace(attempt, waited=waited)
+        ctx = self._context(attempt.history, attempt.tokens, attempt.reserved, tools, ahead)
         outages = LLMOutages()
         start = time.perf_counter()
         try:
@@ -440,10 +580,11 @@ class CompactionController:
             problems = (raised, *self._circuit_opened(attempt))
             duration = time.perf_counter() - start
             return self._unchanged(attempt, "failed", problems, duration, outages.status)
-        return _Output(output, time.perf_counter() - start, outages.status)
+        return _Output(output, time.perf_counter() - start, outages.status, attempt)
 
     def _accept(self, attempt: _Attempt, ran: _Output) -> CompactionResult:
         """Keep the strategy's output when it is valid and worth it; record what was removed."""
+        attempt = ran.attempt or attempt  # with the summary made ahead, when there was one
         history, st, estimate, name = attempt.history, attempt.state, attempt.estimate, attempt.name
         output, duration, outage = ran.output, ran.duration, ran.outage
         if output is None or same_messages(output, history):
@@ -491,7 +632,13 @@ class CompactionController:
         tokens = attempt.tokens
         reported = round(after * tokens / estimate) if estimate and tokens != estimate else after
         event = attempt.event(
-            "compacted", duration, (), outage, after=(reported, len(result)), rewritten=rewritten
+            "compacted",
+            duration,
+            (),
+            outage,
+            after=(reported, len(result)),
+            rewritten=rewritten,
+            output=result,
         )
         self._emit(event, st)
         return CompactionResult(result, event, store_problem)
@@ -666,6 +813,8 @@ class _Attempt:
     estimate: int  # the counter's estimate of the same history
     reserved: int
     name: str  # the strategy's
+    ahead: SummaryAhead | None = None  # the summary made ahead, offered to the run
+    waited: float = 0.0  # seconds the run waited for it
 
     def event(
         self,
@@ -676,10 +825,17 @@ class _Attempt:
         *,
         after: tuple[int, int] | None = None,
         rewritten: int = 0,
+        output: Sequence[Message] = (),
     ) -> CompactionEvent:
-        """The attempt's event; ``after`` is the result's (tokens, messages) when it changed."""
+        """The attempt's event; ``after`` is the result's (tokens, messages) when it changed,
+        ``output`` the history it changed to."""
         n = len(self.history)
         tokens_after, messages_after = after or (self.tokens, n)
+        ahead: AheadUse | None = None
+        if self.ahead is not None:
+            summary = self.ahead.summary
+            used = status == "compacted" and any(m is summary for m in output)
+            ahead = "used" if used else "unused"
         return CompactionEvent(
             self.name,
             self.trigger,
@@ -692,6 +848,8 @@ class _Attempt:
             problems,
             rewritten,
             outage,
+            ahead,
+            self.waited,
         )
 
 
@@ -702,3 +860,4 @@ class _Output:
     output: Sequence[Message] | None
     duration: float
     outage: OutageStatus | None
+    attempt: _Attempt | None = None  # the attempt as run (with the summary made ahead)

@@ -46,6 +46,14 @@ _STAT_KEYS = (
     "summarizer_calls",
     "summarizer_tokens",
     "summarizer_cached_tokens",
+    "summarizer_hot_calls",
+    "summarizer_hot_s",
+    "summarizer_background_calls",
+    "summarizer_background_s",
+    "hot_calls_after_first",
+    "summarizer_waited_s",
+    "ahead_used",
+    "ahead_unused",
 )
 # JSON keys whose value is a ReplayStats attribute of another name.
 _ATTRIBUTES = {"removed_then_referenced": "referenced_results"}
@@ -94,6 +102,8 @@ def stats_json(stats: ReplayStats, *, per_call: bool) -> dict[str, Any]:
     """One ``Stats`` object of the replay schema."""
     data: dict[str, Any] = {key: getattr(stats, _ATTRIBUTES.get(key, key)) for key in _STAT_KEYS}
     data["cost"] = round(stats.cost, 3)
+    for key in ("summarizer_hot_s", "summarizer_background_s", "summarizer_waited_s"):
+        data[key] = round(data[key], 3)
     data["removed_then_referenced_rate"] = round(_referenced_rate(stats), 4)
     if per_call:
         data["context_tokens"] = list(stats.context_tokens)

@@ -28,7 +28,7 @@ from ._summary import SUMMARY_PROMPT, LLMSummary
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from .._contract.protocols import CompactionContext, ToolSpec
+    from .._contract.protocols import CompactionContext, SummaryAhead, ToolSpec
     from .._history.messages import Message
     from .._tokens.counters import TokenCounter
 
@@ -59,6 +59,12 @@ class HidingThenSummary:
     failure: the controller keeps the history and reports ``failed`` with the reason. A
     missing LLM raises :class:`~ctxcompact.exceptions.LLMRequiredError` before anything runs.
 
+    Ahead of time (:meth:`summarize_ahead`, which the controller runs in the background at
+    ``precompute_ratio`` of the trigger), the summary of the hidden history is written only
+    when hiding would not hold the conversation under the trigger for long: when hiding now
+    frees no more than the room left before the trigger. Otherwise the next trigger is
+    expected to be met by hiding alone, and a summary written for it would be wasted.
+
     Args:
         llm: The summarizer (injected by the loader, else ``ctx.llm`` at run time).
         preserve_recent_n: Tool-call groups whose results hiding keeps.
@@ -72,6 +78,9 @@ class HidingThenSummary:
             provider has cached (see :class:`LLMSummary`); after hiding, the request sends the
             history as the agent last sent it, not the hidden one.
         tools: The agent's tool specs, sent with a cache-aligned request.
+        summarize_at_trigger: ``False``: at the trigger, only a summary made ahead of time
+            is put in place, never one written while the agent waits (see
+            :class:`LLMSummary`); hiding still runs.
 
     Example:
         >>> import asyncio
@@ -100,6 +109,7 @@ class HidingThenSummary:
         prompt: str = SUMMARY_PROMPT,
         cache_aligned: bool = False,
         tools: Sequence[ToolSpec] | None = None,
+        summarize_at_trigger: bool = True,
     ) -> None:
         if fallback not in ("estimate", "noop-only"):
             raise ConfigError(
@@ -115,6 +125,7 @@ class HidingThenSummary:
             prompt=prompt,
             cache_aligned=cache_aligned,
             tools=tools,
+            summarize_at_trigger=summarize_at_trigger,
         )
 
     @property
@@ -129,8 +140,7 @@ class HidingThenSummary:
     def __repr__(self) -> str:
         return options_repr(self, self.hiding, self.summary)  # its two steps keep theirs
 
-    async def compact(self, ctx: CompactionContext) -> Sequence[Message] | None:
-        """Hide, then summarize when needed; ``None`` when neither changes anything."""
+    def _need_llm(self, ctx: CompactionContext) -> None:
         if self.summary.llm is None and ctx.llm is None:
             # Fail at the first run, not on the first run where hiding happens to be a no-op.
             raise LLMRequiredError(
@@ -138,6 +148,26 @@ class HidingThenSummary:
                 "(HidingThenSummary(llm)), give the controller or the agent llm=..., or set "
                 "[compaction.llm] in the config"
             )
+
+    async def summarize_ahead(self, ctx: CompactionContext) -> SummaryAhead | None:
+        """The summary of the hidden history, made now for the next trigger, when hiding
+        alone will not do for long (see the class docs); ``None`` otherwise."""
+        self._need_llm(ctx)
+        hidden = self.hiding.hide(ctx.history, token_counter=ctx.token_counter)
+        if hidden is None:
+            return await self.summary.summarize_ahead(ctx)
+        saving = hidden_saving(ctx.history, hidden, ctx.token_counter)
+        room = ctx.max_context_size - ctx.reserved_context_size - ctx.token_count
+        if saving > room:
+            return None
+        hidden_ctx = dataclasses.replace(
+            ctx, history=hidden, token_count=max(0, ctx.token_count - saving)
+        )
+        return await self.summary.summarize_ahead(hidden_ctx, live=ctx.history)
+
+    async def compact(self, ctx: CompactionContext) -> Sequence[Message] | None:
+        """Hide, then summarize when needed; ``None`` when neither changes anything."""
+        self._need_llm(ctx)
         hidden = self.hiding.hide(ctx.history, token_counter=ctx.token_counter)
         if hidden is None:
             return await self.summary.compact(ctx)
