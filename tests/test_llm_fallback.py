@@ -140,7 +140,7 @@ async def test_each_model_is_tried_in_order_and_the_last_error_raised() -> None:
         (
             {"compaction": {"llm": {**summarizer("http://x"), "fallbacks": [
                 {**summarizer("http://y"), "fallbacks": [summarizer("http://z")]}]}}},
-            "compaction.llm.fallbacks.0.fallbacks",
+            "compaction.llm.fallbacks.0.fallbacks",  # an unknown key in a fallback
         ),
         (
             {"agent": {"llm": {**summarizer("http://x"), "fallbacks": [summarizer("http://y")]}}},

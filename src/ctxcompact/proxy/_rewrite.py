@@ -19,14 +19,17 @@ from .._controller.problems import Problem
 from .._controller.state import ControllerState
 from .._formats.anthropic import from_anthropic, to_anthropic
 from .._formats.openai_chat import from_openai, to_openai
+from ._ahead import AheadSummaries
 from ._responses import responses_codec
 from ._reuse import remember_rewrite, reuse_rewrites
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
+    from .._contract.protocols import SummaryAhead
     from .._controller.controller import CompactionController
     from .._history.messages import Message
+    from ..store._records import OriginalsStore
     from ._recall import Recall
     from ._windows import ModelWindows
 
@@ -132,7 +135,8 @@ class Rewriter:
         recall: Offers the recall tool on Chat Completions and Messages requests it changed
             (``[store] recall``).
         reuse_summaries: With the controller's store, reuse a conversation's earlier
-            compaction instead of computing it again (:mod:`ctxcompact.proxy._reuse`).
+            compaction instead of computing it again (:mod:`ctxcompact.proxy._reuse`), and
+            keep its summaries made ahead of time there (:mod:`ctxcompact.proxy._ahead`).
 
     Example:
         >>> from ctxcompact import CompactionController
@@ -158,6 +162,12 @@ class Rewriter:
         self.strategy = shared.strategy
         """The triggered strategy (every window's controller shares it)."""
         self.reuse_summaries = reuse_summaries and shared.store is not None
+        self.ahead = AheadSummaries()
+        """The summaries being made ahead of time, in the background."""
+
+    async def aclose(self) -> None:
+        """Cancel the summaries still being made ahead (the proxy's shutdown)."""
+        await self.ahead.aclose()
 
     @property
     def strategy_name(self) -> str:
@@ -219,8 +229,11 @@ class Rewriter:
         counter = controller.token_counter
         store = controller.store
         namespace = caller if caller is not None else controller.store_namespace
-        # per request: the proxy keeps nothing between requests (but what the store keeps)
-        state = ControllerState(namespace=namespace if store is not None else None)
+        # per request: the proxy keeps nothing between requests (but what the store keeps),
+        # so nothing runs in the background of this state: the store holds those summaries
+        state = ControllerState(
+            namespace=namespace if store is not None else None, background=False
+        )
         received, reused = history, 0
         if self.reuse_summaries and store is not None:
             history, reused = reuse_rewrites(store, namespace, history)
@@ -233,6 +246,9 @@ class Rewriter:
         reserved = (
             min(max_tokens, controller.max_context_size - 1) if max_tokens is not None else None
         )
+        made_ahead = None
+        if self.reuse_summaries and store is not None:
+            made_ahead = self._offer_ahead(controller, store, namespace, history, state, reserved)
         step = await controller.step(
             history,
             max_output_tokens=max_tokens,
@@ -247,6 +263,15 @@ class Rewriter:
             problems += event.problems
         if step.compacted and self.reuse_summaries and store is not None:
             remember_rewrite(store, namespace, received, reused, history, step.history)
+        if self.reuse_summaries and store is not None and (made_ahead is None or step.compacted):
+            self.ahead.start(
+                controller,
+                store,
+                namespace,
+                step.history,
+                state=state,
+                reserved_context_size=reserved,
+            )
         request: Sequence[Message] = step.request
         history = received
         n = len(history)
@@ -287,6 +312,24 @@ class Rewriter:
             recall_namespace=namespace if offered else None,
             summarizer=summarizer,
         )
+
+    def _offer_ahead(
+        self,
+        controller: CompactionController,
+        store: OriginalsStore,
+        namespace: str,
+        history: Sequence[Message],
+        state: ControllerState,
+        reserved: int | None,
+    ) -> SummaryAhead | None:
+        """Offer ``state`` the summary made ahead for ``history`` that the store keeps, when
+        the history is near enough its trigger for one to exist; returns it."""
+        if not controller.ahead_due(history, state=state, reserved_context_size=reserved):
+            return None
+        ahead = self.ahead.find(store, namespace, history)
+        if ahead is not None:
+            controller.offer_ahead(history, ahead, state=state)
+        return ahead
 
     def _skipped(self, why: Problem) -> RewriteReport:
         return RewriteReport("skipped", self.strategy_name, 0, 0, 0, 0, (why,))
