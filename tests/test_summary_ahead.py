@@ -352,3 +352,49 @@ async def test_a_pipeline_summarizes_ahead_after_steps_that_keep_positions_only(
     assert summarizes_ahead(hiding_first)
     dropping_first = Pipeline(ContextGuard(context_window=1_500, reserve_tokens=0), summary())
     assert await dropping_first.summarize_ahead(ctx) is None
+
+
+# -- every compaction shrinks the context ------------------------------------------------------
+
+
+def test_an_output_that_is_not_smaller_is_not_applied_and_does_not_fire_every_call() -> None:
+    from ctxcompact.testing import FunctionStrategy
+
+    def pad(ctx: CompactionContext) -> list[Message]:
+        return [*ctx.history[:-1], user(ctx.history[-1].text + " and more words")]
+
+    c = CompactionController(
+        FunctionStrategy(pad), max_context_size=WINDOW, reserved_context_size=RESERVED
+    )
+    history = [user("refactor the parser")]
+    for k in range(20):
+        history += turn(k)
+    history.append(user("go on"))
+    first = asyncio.run(c.compact(history))
+    second = asyncio.run(c.compact([*history, assistant("ok")]))
+    assert first.history is history
+    assert first.event is not None
+    assert first.event.status == "noop"
+    assert first.event.problem is not None
+    assert first.event.problem.kind == "not_smaller"
+    assert second.event is not None
+    assert second.event.status == "skipped"  # waits for the history to grow, not every call
+
+
+def test_a_strategy_raising_not_smaller_is_a_noop_that_never_opens_the_circuit() -> None:
+    from ctxcompact.testing import FunctionStrategy
+
+    def refuse(ctx: CompactionContext) -> None:
+        raise NotSmallerError("nothing to shrink", tokens_before=10, tokens_after=12)
+
+    c = CompactionController(
+        FunctionStrategy(refuse),
+        max_context_size=WINDOW,
+        reserved_context_size=RESERVED,
+        min_progress=0.0,  # no wait: every call runs it
+        max_failures=1,
+    )
+    history = [user("x " * 20_000)]
+    statuses = [asyncio.run(c.compact([*history, user(str(k))])).event for k in range(3)]
+    assert [e.status for e in statuses if e is not None] == ["noop", "noop", "noop"]
+    assert c.state.failures == 0

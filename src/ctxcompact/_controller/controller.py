@@ -34,7 +34,7 @@ from .._defaults import (
     TRIGGER_RATIO_RANGE,
 )
 from .._tokens.counters import HeuristicTokenCounter, TokenCounter
-from ..exceptions import ConfigError, LLMUnavailableError, UserError
+from ..exceptions import ConfigError, LLMUnavailableError, NotSmallerError, UserError
 from ..llm._breaker import LLMOutages, watch_outages
 from ..store._records import DEFAULT_NAMESPACE
 from .events import (
@@ -122,7 +122,12 @@ class CompactionController:
     controller waits until the history has grown by that fraction before trying again;
     after ``max_failures`` consecutive failures (raised or rejected) the circuit opens and
     triggered runs stop. ``compact(force=True)`` (the provider said the context is too long)
-    bypasses both guards; its success closes the circuit. :meth:`reset` clears them.
+    bypasses both guards; its success closes the circuit. :meth:`reset` clears them. Every
+    compaction must shrink the history: an output not smaller than its input (in the
+    counter's estimate), or a strategy raising :class:`~ctxcompact.exceptions.NotSmallerError`,
+    leaves the history as it was (a ``noop`` with a ``not_smaller`` problem, not a failure),
+    and the next run waits for the history to grow by ``min_progress``: never a loop that
+    fires at every call.
 
     Args:
         strategy: How to rewrite the history.
@@ -570,6 +575,11 @@ class CompactionController:
         try:
             with watch_outages() as outages:
                 output = await self.strategy.compact(ctx)
+        except NotSmallerError as exc:
+            # Nothing it could do would shrink the history: no failure, and no new run
+            # before the history has grown (not one per call).
+            duration = time.perf_counter() - start
+            return self._not_smaller(attempt, str(exc), duration, outages.status)
         except Exception as exc:
             # A refusal by the summarizer's open breaker is the breaker's to count: counted
             # here too, it would open this conversation's circuit, which no recovery closes.
@@ -599,6 +609,9 @@ class CompactionController:
             rejected = Problem.fixed("output_rejected", reason, source=name)
             problems = (rejected, *self._circuit_opened(attempt))
             return self._unchanged(attempt, "rejected", problems, duration, outage)
+        if estimate and self.token_counter.count(output) >= estimate:
+            note = f"its output (~{self.token_counter.count(output)} tokens) is not smaller"
+            return self._not_smaller(attempt, note, duration, outage)
         if attempt.trigger == "cold" and estimate:
             freed = 1 - self.token_counter.count(output) / estimate
             if freed < self.min_progress:
@@ -642,6 +655,18 @@ class CompactionController:
         )
         self._emit(event, st)
         return CompactionResult(result, event, store_problem)
+
+    def _not_smaller(
+        self, attempt: _Attempt, note: str, duration: float, outage: OutageStatus | None
+    ) -> CompactionResult:
+        """A run that would not shrink the history: kept as it was (a ``noop``, not a
+        failure), and the next run waits until the history has grown by ``min_progress``."""
+        st = attempt.state
+        st.failures = 0
+        if attempt.trigger != "cold":
+            st.retry_at = int(attempt.estimate * (1 + self.min_progress))
+        problem = Problem.fixed("not_smaller", note, source=attempt.name)
+        return self._unchanged(attempt, "noop", (problem,), duration, outage)
 
     def _unchanged(
         self,
