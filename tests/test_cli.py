@@ -38,6 +38,7 @@ def run(*args: str | Path, script: bool = False) -> subprocess.CompletedProcess[
 
 STATS: dict[str, type | tuple[type, ...]] = {
     "calls": int,
+    "triggers": int,
     "compactions": int,
     "failed_compactions": int,
     "input_tokens": int,

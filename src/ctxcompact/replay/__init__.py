@@ -214,6 +214,8 @@ class ReplayStats:
 
     Attributes:
         calls: Model calls replayed (assistant messages).
+        triggers: Calls before which a trigger rule fired (the strategy ran, or a loop guard
+            held it back): what a compaction needs, whether or not one followed.
         compactions: Triggered compactions that replaced the stored history.
         failed_compactions: Compaction attempts the controller reported as failed, rejected or
             blocked by its circuit breaker (the history was kept).
@@ -268,6 +270,7 @@ class ReplayStats:
     """
 
     calls: int = 0
+    triggers: int = 0
     compactions: int = 0
     failed_compactions: int = 0
     input_tokens: int = 0
@@ -480,6 +483,7 @@ async def _replay(
                     stats.compaction_calls.append(stats.calls + 1)
                 event = step.event
                 if event is not None:
+                    stats.triggers += 1
                     stats.summarizer_waited_s += event.waited_s
                     stats.ahead_used += event.ahead == "used"
                     stats.ahead_unused += event.ahead == "unused"
