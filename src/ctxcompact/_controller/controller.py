@@ -45,6 +45,7 @@ from .events import (
     PreparedRequest,
     Step,
     Trigger,
+    breaks_cache,
     rejection,
     same_messages,
     strategy_name,
@@ -52,9 +53,12 @@ from .events import (
 from .problems import Problem, describe_error
 from .state import ControllerState
 from .store_hook import StoreHook
+from .tracing import compaction_span, describe_compaction
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
+
+    from opentelemetry.trace import Span
 
     from .._contract.protocols import LLM, SummaryAhead, ToolSpec, Usage
     from .._history.messages import Message
@@ -394,15 +398,29 @@ class CompactionController:
         if isinstance(attempt, CompactionResult):
             if attempt.event is None:  # below the trigger: maybe time to summarize ahead
                 self._start_ahead(history, st, reserved, tools)
+            else:  # decided without a run: a span all the same
+                with compaction_span() as span:
+                    self._describe(span, attempt.event, reserved)
             return attempt
-        ahead, waited = await st.ahead.take(history)
-        ran = await self._run(attempt, tools, ahead, waited)
-        if isinstance(ran, CompactionResult):
-            return ran
-        result = self._accept(attempt, ran)
-        if result.changed:  # still near the trigger: the next summary starts now
+        # The span is current during the run: the summarizer's own spans are its children.
+        with compaction_span() as span:
+            ahead, waited = await st.ahead.take(history)
+            ran = await self._run(attempt, tools, ahead, waited)
+            result = ran if isinstance(ran, CompactionResult) else await self._accept(attempt, ran)
+            self._describe(span, result.event, reserved)
+        if not isinstance(ran, CompactionResult) and result.changed:
+            # Still near the trigger: the next summary starts now.
             self._start_ahead(result.history, st, reserved, tools)
         return result
+
+    def _describe(self, span: Span | None, event: CompactionEvent | None, reserved: int) -> None:
+        if span is not None and event is not None:
+            describe_compaction(
+                span,
+                event,
+                max_context_size=self.max_context_size,
+                reserved_context_size=reserved,
+            )
 
     # -- summaries ahead of time ---------------------------------------------------------------
 
@@ -592,7 +610,7 @@ class CompactionController:
             return self._unchanged(attempt, "failed", problems, duration, outages.status)
         return _Output(output, time.perf_counter() - start, outages.status, attempt)
 
-    def _accept(self, attempt: _Attempt, ran: _Output) -> CompactionResult:
+    async def _accept(self, attempt: _Attempt, ran: _Output) -> CompactionResult:
         """Keep the strategy's output when it is valid and worth it; record what was removed."""
         attempt = ran.attempt or attempt  # with the summary made ahead, when there was one
         history, st, estimate, name = attempt.history, attempt.state, attempt.estimate, attempt.name
@@ -622,7 +640,7 @@ class CompactionController:
         result = list(output)
         store_problem: Problem | None = None
         if self._store_hook is not None:  # after `duration`: recording is not the strategy's
-            result, store_problem = self._store_hook.keep(
+            result, store_problem = await self._store_hook.akeep(
                 history, result, st.produced, namespace=st.namespace
             )
             if same_messages(result, history):  # only recall placeholders hidden again
@@ -652,6 +670,7 @@ class CompactionController:
             after=(reported, len(result)),
             rewritten=rewritten,
             output=result,
+            cache_break=breaks_cache(history, result),
         )
         self._emit(event, st)
         return CompactionResult(result, event, store_problem)
@@ -783,7 +802,7 @@ class CompactionController:
         store_problem: Problem | None = None
         if self._store_hook is not None and current is not history:
             st = state or self.state
-            current, store_problem = self._store_hook.keep(
+            current, store_problem = await self._store_hook.akeep(
                 history, list(current), st.produced, namespace=st.namespace
             )
         return PreparedRequest(list(current), tuple(skipped), store_problem)
@@ -851,6 +870,7 @@ class _Attempt:
         after: tuple[int, int] | None = None,
         rewritten: int = 0,
         output: Sequence[Message] = (),
+        cache_break: bool = False,
     ) -> CompactionEvent:
         """The attempt's event; ``after`` is the result's (tokens, messages) when it changed,
         ``output`` the history it changed to."""
@@ -875,6 +895,7 @@ class _Attempt:
             outage,
             ahead,
             self.waited,
+            cache_break,
         )
 
 

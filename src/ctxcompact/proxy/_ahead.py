@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING
 
 from .._contract.protocols import SummaryAhead
 from .._controller.state import ControllerState
+from ..store._async import find_summary, put_summary
 from ._reuse import prefix_keys
 
 if TYPE_CHECKING:
@@ -68,21 +69,22 @@ class AheadSummaries:
         """Background summaries running now."""
         return len(self._tasks)
 
-    def find(
+    async def find(
         self, store: OriginalsStore, namespace: str, history: Sequence[Message]
     ) -> SummaryAhead | None:
         """The summary made ahead for the longest start of ``history`` it covers, or
-        ``None`` (also when the store fails: logged, the request goes on without it)."""
-        keys = prefix_keys(history)
+        ``None`` (also when the store fails: logged, the request goes on without it). A
+        network store is asked once for every start (``store._async.find_summary``)."""
+        keys = [AHEAD_KEY_PREFIX + key for key in prefix_keys(history)]
         try:
-            for end in range(len(keys), 0, -1):
-                kept = store.get_summary(namespace, AHEAD_KEY_PREFIX + keys[end - 1])
-                if kept:
-                    start = len(kept) - 1
-                    return SummaryAhead(start, end, kept[-1], len(history))
+            found = await find_summary(store, namespace, keys[::-1])
         except Exception as exc:  # the store failing must not fail the request
             logger.warning("proxy: reading summaries made ahead failed: %s", type(exc).__name__)
-        return None
+            return None
+        if found is None or not found[1]:
+            return None
+        index, kept = found
+        return SummaryAhead(len(kept) - 1, len(keys) - index, kept[-1], len(history))
 
     def start(
         self,
@@ -132,7 +134,7 @@ class AheadSummaries:
         kept = (*history[: ahead.start], ahead.summary)
         key = AHEAD_KEY_PREFIX + prefix_keys(history[: ahead.end])[-1]
         try:
-            store.put_summary(namespace, key, kept)
+            await put_summary(store, namespace, key, kept)
         except Exception as exc:
             logger.warning("proxy: keeping a summary made ahead failed: %s", type(exc).__name__)
 
