@@ -23,7 +23,8 @@ from ..exceptions import (
 )
 from ..kit import HIDDEN_PLACEHOLDER, options_repr
 from ._hiding import ToolResultHiding
-from ._summary import SUMMARY_PROMPT, LLMSummary
+from ._summary import SUMMARY_PROMPT, LLMSummary, is_summary
+from ._summary_fit import fit_after_summary
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -81,6 +82,9 @@ class HidingThenSummary:
         summarize_at_trigger: ``False``: at the trigger, only a summary made ahead of time
             is put in place, never one written while the agent waits (see
             :class:`LLMSummary`); hiding still runs.
+        fit_window: When neither hiding nor the summary brings the request inside the
+            window (or the summary failed), fit what they could not free as a triggered
+            :class:`~ctxcompact.strategies.ContextGuard` would (see :class:`LLMSummary`).
 
     Example:
         >>> import asyncio
@@ -110,6 +114,7 @@ class HidingThenSummary:
         cache_aligned: bool = False,
         tools: Sequence[ToolSpec] | None = None,
         summarize_at_trigger: bool = True,
+        fit_window: bool = True,
     ) -> None:
         if fallback not in ("estimate", "noop-only"):
             raise ConfigError(
@@ -126,6 +131,7 @@ class HidingThenSummary:
             cache_aligned=cache_aligned,
             tools=tools,
             summarize_at_trigger=summarize_at_trigger,
+            fit_window=fit_window,
         )
 
     @property
@@ -188,15 +194,22 @@ class HidingThenSummary:
         except LLMUnavailableError:
             # The breaker warned when it opened; each refused call is not news.
             logger.debug("summary after hiding skipped: the summarizer is unavailable")
-            return hidden
+            return self._fitted(hidden_ctx)
         except (LLMError, SummaryRejectedError) as exc:
             # The type only: a provider's error text can echo the conversation.
             logger.warning(
                 "summary after hiding failed (%s), keeping the hidden history", type(exc).__name__
             )
             logger.debug("summary after hiding failed: %s", exc)
-            return hidden
+            return self._fitted(hidden_ctx)
         return hidden if summarized is None else summarized
+
+    def _fitted(self, hidden_ctx: CompactionContext) -> Sequence[Message]:
+        """The hidden history, fitted to the window when the summary could not help."""
+        hidden = hidden_ctx.history
+        if not self.summary.fit_window or not self.summary.summarize_at_trigger:
+            return hidden
+        return fit_after_summary(hidden_ctx, hidden, is_summary)
 
 
 def hidden_saving(

@@ -35,6 +35,7 @@ from ..exceptions import (
     SummaryRejectedError,
 )
 from ..kit import MAX_CHARS_PER_TOKEN, check_int, options_repr
+from ._summary_fit import fit_after_summary
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -51,6 +52,7 @@ __all__ = [
     "SUMMARY_PROMPT",
     "LLMSummary",
     "check_summary",
+    "is_summary",
 ]
 
 logger = logging.getLogger(__name__)
@@ -186,6 +188,12 @@ class LLMSummary:
             awaited on the hot path. ``False`` needs summaries ahead of time (the
             controller's ``precompute_ratio``, on by default): without them this strategy
             never summarizes.
+        fit_window: When the summary leaves the request over the window (the kept messages
+            are too big on their own), or there is nothing to summarize, fit what it could
+            not free as a triggered :class:`~ctxcompact.strategies.ContextGuard` would (the
+            newest results cut head + tail, older kept steps dropped with a note; the
+            summary is never dropped). ``False`` leaves that to the next step of a
+            pipeline or tier. Not applied with ``ahead_only`` (a tier's next step fits).
 
     Example:
         >>> import asyncio
@@ -211,6 +219,7 @@ class LLMSummary:
         cache_aligned: bool = False,
         tools: Sequence[ToolSpec] | None = None,
         summarize_at_trigger: bool = True,
+        fit_window: bool = True,
     ) -> None:
         check_int("max_preserved_messages", max_preserved_messages)
         check_int("max_summary_tokens", max_summary_tokens, minimum=16)
@@ -225,6 +234,7 @@ class LLMSummary:
         self.cache_aligned = bool(cache_aligned)
         self.tools = None if tools is None else list(tools)
         self.summarize_at_trigger = bool(summarize_at_trigger)
+        self.fit_window = bool(fit_window)
 
     def __repr__(self) -> str:
         return options_repr(self)
@@ -251,9 +261,21 @@ class LLMSummary:
         call the summarizer now, only put a summary made ahead in place (``None`` when
         there is none): for a tiered strategy whose next tier keeps the window without the
         wait (``summarize_at_trigger=False`` always does this).
+
+        Otherwise, with ``fit_window``, what the summary could not free is fitted to the
+        window (:func:`~ctxcompact.strategies._summary_fit.fit_after_summary`).
         """
-        llm = self._llm(ctx)
         ahead_only = ahead_only or not self.summarize_at_trigger
+        out = await self._compact(ctx, live=live, ahead_only=ahead_only)
+        if ahead_only or not self.fit_window:
+            return out
+        fitted = fit_after_summary(ctx, ctx.history if out is None else out, is_summary)
+        return None if fitted is ctx.history else fitted
+
+    async def _compact(
+        self, ctx: CompactionContext, *, live: Sequence[Message] | None, ahead_only: bool
+    ) -> Sequence[Message] | None:
+        llm = self._llm(ctx)
         history = ctx.history
         head = _leading_systems(history)
         cut = self.cut_index(history)
@@ -269,7 +291,7 @@ class LLMSummary:
         old = history[head:cut]
         kept_systems = [m for m in old if m.role in _SYSTEM_ROLES]
         to_summarize = [m for m in old if m.role not in _SYSTEM_ROLES]
-        if not to_summarize or (len(to_summarize) == 1 and _is_summary(to_summarize[0])):
+        if not to_summarize or (len(to_summarize) == 1 and is_summary(to_summarize[0])):
             return None
         summary = await self._summary_of(llm, ctx, to_summarize, live)
         return [*history[:head], *kept_systems, summary, *history[cut:]]
@@ -331,7 +353,7 @@ class LLMSummary:
             return None
         old = history[head:cut]
         to_summarize = [m for m in old if m.role not in _SYSTEM_ROLES]
-        if not to_summarize or (len(to_summarize) == 1 and _is_summary(to_summarize[0])):
+        if not to_summarize or (len(to_summarize) == 1 and is_summary(to_summarize[0])):
             return None
         summary = await self._summary_of(llm, ctx, to_summarize, live)
         return SummaryAhead(head, cut, summary, len(history))
@@ -597,7 +619,8 @@ def _pull_back_for_strays(history: Sequence[Message], cut: int) -> int:
 # -- what the summarizer reads -----------------------------------------------------------------
 
 
-def _is_summary(message: Message) -> bool:
+def is_summary(message: Message) -> bool:
+    """Whether ``message`` is a summary this strategy wrote (:data:`SUMMARY_PREFIX`)."""
     return message.role == "user" and message.text.startswith(SUMMARY_PREFIX)
 
 
@@ -610,7 +633,7 @@ def _render(messages: Sequence[Message]) -> list[str]:
             names[i] = by_id.get(messages[i].tool_call_id or "", "?")
     items: list[str] = []
     for i, msg in enumerate(messages):
-        if _is_summary(msg):
+        if is_summary(msg):
             items.append(f"{_EARLIER}\n{msg.text[len(SUMMARY_PREFIX) :]}")
             continue
         if msg.role == "tool":
