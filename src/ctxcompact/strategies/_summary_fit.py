@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from ..exceptions import ContextBudgetError
+from ..exceptions import ConfigError, ContextBudgetError
 from ._guard import ContextGuard
 
 if TYPE_CHECKING:
@@ -51,7 +51,12 @@ def fit_after_summary(
         (True, True)
     """
     counter = ctx.token_counter
-    budget = _GUARD.budget(ctx.max_context_size, ctx.reserved_context_size, ctx.max_output_tokens)
+    try:
+        budget = _GUARD.budget(
+            ctx.max_context_size, ctx.reserved_context_size, ctx.max_output_tokens
+        )
+    except ConfigError:  # the reserve leaves no room: nothing could fit it
+        return output
     if counter.count(output) <= budget:
         return output
     summary = max((i for i, m in enumerate(output) if is_summary(m)), default=None)
