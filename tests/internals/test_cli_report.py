@@ -217,13 +217,12 @@ def test_a_real_trace_over_the_window_gets_the_window_verdict_and_advice_that_ho
     assert "schema1-masking: does not keep the window: 8 of 20 calls still over the window" in text
     assert "LOSS" not in text.split("verdict")[1]
     assert not re.search(r"\(\d+\.\d% of no compaction, LOSS\)", text)
+    advised = 'steps = ["schema1-masking", "context-guard"]'
     assert "try: end it with the guard" in text
+    assert advised in text
     # And the advice holds: with it, every call of the same trace fits.
     config = tmp_path / "guarded.toml"
-    config.write_text(
-        '[compaction]\nstrategy = "pipeline"\nmin_progress = 0\n[compaction.params]\n'
-        'steps = ["schema1-masking", "context-guard"]\n'
-    )
+    config.write_text(f'[compaction]\nstrategy = "pipeline"\n[compaction.params]\n{advised}\n')
     assert main(["replay", str(trace), "--config", str(config), "--no-progress"]) == 0
     assert "pipeline: keeps the window (every one of its 20 calls fits" in capsys.readouterr().out
 
