@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 
 __all__ = ["draw_replays", "plot_replays", "require_matplotlib"]
 
-_TITLE_WIDTH = 40  # characters per line of a panel title (long file names wrap, never cut)
+_TITLE_WIDTH = 50  # characters per line of a 9-point panel title: a 5-inch panel holds ~55
 _PANEL_WIDTH = 5.0  # inches per column of panels
 _CHARS_PER_INCH = 13  # of the 9-point settings title: how wide a line may be before it wraps
 
