@@ -136,7 +136,17 @@ def test_hiding_then_a_failed_summary_still_fits_the_window() -> None:
     assert out[-1].text.startswith("HEAD-11")
 
 
-def test_ahead_only_never_fits_the_next_tier_does() -> None:
+def test_a_tier_asking_ahead_only_gets_no_fit_its_next_tier_fits() -> None:
     history = agent_history(newest_result_chars=40_000)
-    strategy = LLMSummary(summarize_at_trigger=False)
-    assert asyncio.run(strategy.compact(context(history, ScriptedLLM()))) is None
+    out = asyncio.run(LLMSummary().compact(context(history, ScriptedLLM()), ahead_only=True))
+    assert out is None
+
+
+def test_without_summarizing_at_the_trigger_the_window_is_kept_with_no_summarizer_call() -> None:
+    history = agent_history(newest_result_chars=40_000)
+    llm = ScriptedLLM()  # any call would fail the test: the script is empty
+    out = asyncio.run(LLMSummary(summarize_at_trigger=False).compact(context(history, llm)))
+    assert out is not None
+    assert fits(out)
+    assert llm.requests == []
+    assert check_history(out) == []

@@ -207,7 +207,7 @@ class HidingThenSummary:
     def _fitted(self, hidden_ctx: CompactionContext) -> Sequence[Message]:
         """The hidden history, fitted to the window when the summary could not help."""
         hidden = hidden_ctx.history
-        if not self.summary.fit_window or not self.summary.summarize_at_trigger:
+        if not self.summary.fit_window:
             return hidden
         return fit_after_summary(hidden_ctx, hidden, is_summary)
 

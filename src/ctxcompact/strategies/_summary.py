@@ -193,7 +193,9 @@ class LLMSummary:
             not free as a triggered :class:`~ctxcompact.strategies.ContextGuard` would (the
             newest results cut head + tail, older kept steps dropped with a note; the
             summary is never dropped). ``False`` leaves that to the next step of a
-            pipeline or tier. Not applied with ``ahead_only`` (a tier's next step fits).
+            pipeline. With ``summarize_at_trigger=False`` too, the window is then kept
+            without ever waiting for the summarizer. A tier calling :meth:`compact` with
+            ``ahead_only=True`` gets no fit (its next tier fits).
 
     Example:
         >>> import asyncio
@@ -265,9 +267,10 @@ class LLMSummary:
         Otherwise, with ``fit_window``, what the summary could not free is fitted to the
         window (:func:`~ctxcompact.strategies._summary_fit.fit_after_summary`).
         """
-        ahead_only = ahead_only or not self.summarize_at_trigger
-        out = await self._compact(ctx, live=live, ahead_only=ahead_only)
-        if ahead_only or not self.fit_window:
+        out = await self._compact(
+            ctx, live=live, ahead_only=ahead_only or not self.summarize_at_trigger
+        )
+        if ahead_only or not self.fit_window:  # a tier's next step fits, not this one
             return out
         fitted = fit_after_summary(ctx, ctx.history if out is None else out, is_summary)
         return None if fitted is ctx.history else fitted
