@@ -10,8 +10,8 @@ that :mod:`._reuse` keeps, per caller namespace:
   background task, at most one per conversation (its first messages, up to the first user
   message, name it) and at most :data:`MAX_IN_FLIGHT` in all; the request is not delayed;
 * the finished summary is kept under ``"ahead:"`` + :func:`~._reuse.prefix_keys` of the
-  messages it covers (those it replaces and the leading system messages before them): the
-  leading system messages and the summary;
+  messages it covers (those it replaces and the leading system messages before them), in the
+  window's scope like the kept rewrites: the leading system messages and the summary;
 * a later request of the conversation whose history starts with exactly those messages
   (same hash) finds it (:meth:`AheadSummaries.find`) and offers it to its state: when that
   request's trigger fires, the run puts the summary in place without calling the
@@ -70,12 +70,12 @@ class AheadSummaries:
         return len(self._tasks)
 
     async def find(
-        self, store: OriginalsStore, namespace: str, history: Sequence[Message]
+        self, store: OriginalsStore, namespace: str, history: Sequence[Message], *, scope: str = ""
     ) -> SummaryAhead | None:
         """The summary made ahead for the longest start of ``history`` it covers, or
         ``None`` (also when the store fails: logged, the request goes on without it). A
         network store is asked once for every start (``store._async.find_summary``)."""
-        keys = [AHEAD_KEY_PREFIX + key for key in prefix_keys(history)]
+        keys = [AHEAD_KEY_PREFIX + key for key in prefix_keys(history, scope)]
         try:
             found = await find_summary(store, namespace, keys[::-1])
         except Exception as exc:  # the store failing must not fail the request
@@ -95,6 +95,7 @@ class AheadSummaries:
         *,
         state: ControllerState,
         reserved_context_size: int | None = None,
+        scope: str = "",
     ) -> bool:
         """Start making ``history``'s summary in the background when it is due and none is
         being made for this conversation; returns whether one was started. ``state`` is the
@@ -111,7 +112,7 @@ class AheadSummaries:
         if slot in self._tasks or len(self._tasks) >= MAX_IN_FLIGHT:
             return False
         snapshot = list(history)
-        work = self._make(controller, store, namespace, snapshot, reserved_context_size)
+        work = self._make(controller, store, namespace, snapshot, reserved_context_size, scope)
         task = asyncio.get_running_loop().create_task(work)
         self._tasks[slot] = task
         task.add_done_callback(lambda _: self._tasks.pop(slot, None))
@@ -124,6 +125,7 @@ class AheadSummaries:
         namespace: str,
         history: list[Message],
         reserved: int | None,
+        scope: str,
     ) -> None:
         state = ControllerState(background=False)  # counts this history only
         ahead = await controller.summarize_ahead(
@@ -132,7 +134,7 @@ class AheadSummaries:
         if ahead is None:
             return
         kept = (*history[: ahead.start], ahead.summary)
-        key = AHEAD_KEY_PREFIX + prefix_keys(history[: ahead.end])[-1]
+        key = AHEAD_KEY_PREFIX + prefix_keys(history[: ahead.end], scope)[-1]
         try:
             await put_summary(store, namespace, key, kept)
         except Exception as exc:

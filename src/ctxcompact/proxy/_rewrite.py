@@ -95,6 +95,9 @@ class RewriteReport:
     window: int | None = None
     recall_namespace: str | None = None
     """Set when the recall tool was offered: whose originals its calls read (not a header)."""
+    recall_added: bool = False
+    """The proxy added the recall tool (the client did not offer one of that name): its
+    calls must never reach the client (not a header)."""
     summarizer: str | None = None
     """``unavailable`` when the summarizer's circuit breaker refused a call (the request went
     without the summary, the cheaper tiers applied), ``failed`` when a call failed as in an
@@ -161,8 +164,10 @@ class Rewriter:
             (:class:`~ctxcompact.proxy._windows.ModelWindows`); a
             :class:`~ctxcompact.Problem` it returns is why the request is forwarded unchanged
             (``skipped``).
-        recall: Offers the recall tool on Chat Completions and Messages requests it changed
-            (``[store] recall``).
+        recall: Offers the recall tool on the requests it changed (``[store] recall``), on
+            every route; not on a Responses request that continues a conversation the
+            upstream keeps (``previous_response_id``, ``conversation``), whose earlier turns
+            the proxy neither sees nor could send back.
         reuse_summaries: With the controller's store, reuse a conversation's earlier
             compaction instead of computing it again (:mod:`ctxcompact.proxy._reuse`), and
             keep its summaries made ahead of time there (:mod:`ctxcompact.proxy._ahead`).
@@ -271,8 +276,11 @@ class Rewriter:
             namespace=namespace if store is not None else None, background=False
         )
         received, reused = history, 0
+        # A compaction made for one window is not the one another window needs (with no
+        # window configured, each model's): kept rewrites are per caller and per window.
+        scope = f"window={controller.max_context_size}"
         if self.reuse_summaries and store is not None:
-            history, reused = await reuse_rewrites(store, namespace, history)
+            history, reused = await reuse_rewrites(store, namespace, history, scope=scope)
             state.produced.add(received, history)  # kept summaries are not originals
         before = controller.token_count(history, state=state)  # step() reuses this count
         if reused:
@@ -285,7 +293,7 @@ class Rewriter:
         made_ahead = None
         if self.reuse_summaries and store is not None:
             made_ahead = await self._offer_ahead(
-                controller, store, namespace, history, state, reserved
+                controller, store, namespace, history, state, reserved, scope
             )
         step = await controller.step(
             history,
@@ -300,7 +308,9 @@ class Rewriter:
         if failed and event is not None:
             problems += event.problems
         if step.compacted and self.reuse_summaries and store is not None:
-            await remember_rewrite(store, namespace, received, reused, history, step.history)
+            await remember_rewrite(
+                store, namespace, received, reused, history, step.history, scope=scope
+            )
         if self.reuse_summaries and store is not None and (made_ahead is None or step.compacted):
             self.ahead.start(
                 controller,
@@ -309,6 +319,7 @@ class Rewriter:
                 step.history,
                 state=state,
                 reserved_context_size=reserved,
+                scope=scope,
             )
         request: Sequence[Message] = step.request
         history = received
@@ -353,11 +364,13 @@ class Rewriter:
         offered = (
             self.recall is not None
             and store is not None
-            and provider != "responses"  # its tools have another shape: not offered there
             and not step.store_problems
+            and body.get("previous_response_id") is None
+            and body.get("conversation") is None
         )
+        added = False
         if offered and self.recall is not None:
-            new_body = self.recall.offer(new_body, provider)
+            new_body, added = self.recall.offer(new_body, provider)
         return new_body, RewriteReport(
             action,
             name,
@@ -367,6 +380,7 @@ class Rewriter:
             len(request),
             tuple(problems),
             recall_namespace=namespace if offered else None,
+            recall_added=added,
             summarizer=summarizer,
             over_window=over_window(after, max_tokens, window),
             compaction=event,
@@ -380,12 +394,13 @@ class Rewriter:
         history: Sequence[Message],
         state: ControllerState,
         reserved: int | None,
+        scope: str,
     ) -> SummaryAhead | None:
         """Offer ``state`` the summary made ahead for ``history`` that the store keeps, when
         the history is near enough its trigger for one to exist; returns it."""
         if not controller.ahead_due(history, state=state, reserved_context_size=reserved):
             return None
-        ahead = await self.ahead.find(store, namespace, history)
+        ahead = await self.ahead.find(store, namespace, history, scope=scope)
         if ahead is not None:
             controller.offer_ahead(history, ahead, state=state)
         return ahead
