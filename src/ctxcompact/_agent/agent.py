@@ -347,7 +347,8 @@ class Agent:
 
     async def aclose(self) -> None:
         """Close the models and the store this agent built from a config file (not the ones
-        passed in)."""
+        passed in), after cancelling a summary still being made ahead of time."""
+        self.controller.state.ahead.cancel()
         owned, self._owned = self._owned, []
         for llm in owned:
             close = getattr(llm, "aclose", None)
