@@ -11,8 +11,8 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ..exceptions import ConfigError
+from ..kit import DEFAULT_RECALL_TEMPLATE, recall_placeholder
 from ..store._memory import DEFAULT_MAX_BYTES
-from ..store._recall import DEFAULT_RECALL_TEMPLATE, recall_placeholder
 
 __all__ = ["StoreConfig"]
 
@@ -20,9 +20,10 @@ __all__ = ["StoreConfig"]
 class StoreConfig(BaseModel):
     """``[store]``: keep what compaction removes, and let the model recall it.
 
-    Without ``path`` and ``recall``, no store is attached. ``path`` is a SQLite file
-    (``~`` expanded, relative to the config file's folder); ``recall = true`` without a
-    ``path`` keeps the originals in memory for the life of the process.
+    ``recall`` is on by default: the originals are kept and every marker names the handle to
+    recall them with (:mod:`ctxcompact.kit._markers`). ``path`` is a SQLite file (``~``
+    expanded, relative to the config file's folder); without one the originals are kept in
+    memory for the life of the process. ``recall = false`` without a ``path``: no store.
 
     Example:
         >>> StoreConfig(recall=True).recall_placeholder
@@ -34,7 +35,7 @@ class StoreConfig(BaseModel):
 
     path: str | None = Field(default=None, min_length=1)
     max_bytes: int = Field(default=DEFAULT_MAX_BYTES, ge=1)
-    recall: bool = False
+    recall: bool = True
     recall_placeholder: str = Field(default=DEFAULT_RECALL_TEMPLATE, min_length=1)
 
     @field_validator("recall_placeholder")
