@@ -140,10 +140,12 @@ class ControllerState:
     __slots__ = (
         "count",
         "failures",
+        "handles",
         "last_call",
         "last_status",
         "namespace",
         "produced",
+        "recall_named",
         "retry_at",
     )
 
@@ -157,6 +159,12 @@ class ControllerState:
         """Whose originals this conversation's are in an attached store (``None``: the
         controller's ``store_namespace``); the proxy gives each caller its own."""
         self.last_call: float | None = None  # the controller's clock at the last model call
+        self.handles: dict[str, str] = {}
+        """Recall handles stored so far -> the hash of the text stored under each, so an id
+        re-used after a compaction gets a handle of its own."""
+        self.recall_named = False
+        """Whether a marker in this conversation has named the recall tool (the agent offers
+        the tool from then on)."""
 
     def reset(self) -> None:
         """Start afresh: close the circuit, drop the min-progress wait, forget counts, usage,
@@ -167,3 +175,5 @@ class ControllerState:
         self.last_call = None
         self.last_status = None
         self.produced = ProducedMessages()
+        self.handles = {}
+        self.recall_named = False
