@@ -39,7 +39,7 @@ from __future__ import annotations
 import logging
 import weakref
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from ..exceptions import ConfigError
 from ..kit import DEFAULT_RECALL_TEMPLATE as DEFAULT_RECALL_TEMPLATE
@@ -55,6 +55,7 @@ from ..kit import (
     placeholder_pattern,
     recall_placeholder,
 )
+from ..store._async import is_async_store
 from ..store._ranges import range_record
 from ..store._records import StoredOriginal, counts_evictions
 from ..store._removed import Alignment, Handles, align, records_of, removals_of, text_digest
@@ -208,9 +209,50 @@ class StoreHook:
         The history is ``after`` itself when nothing had to change, else a new list. Never
         raises.
         """
+        return self._run(self.store, before, after, state)
+
+    async def akeep(
+        self,
+        before: Sequence[Message],
+        after: list[Message],
+        state: ControllerState,
+    ) -> tuple[list[Message], Problem | None]:
+        """:meth:`keep` for async callers: a store that can be awaited
+        (:class:`~ctxcompact.store.AsyncOriginalsStore`, a network store) is awaited instead
+        of blocking the event loop; any other store is called as :meth:`keep` calls it.
+
+        The records are collected first and written in one awaited ``aput``; when that
+        fails, the rewrite is decided again as :meth:`keep` decides it after a failed
+        ``put`` (markers keep their plain forms: nothing could be recalled).
+        """
+        store = self.store
+        if not is_async_store(store):
+            return self._run(store, before, after, state)
+        collected = _Collect()
+        out = self._run(collected, before, after, state)
+        if not collected.records:
+            return out
+        try:
+            await store.aput(*collected.records)
+        except Exception as exc:
+            return self._run(_Raise(exc), before, after, state)
+        return out
+
+    def _run(
+        self,
+        store: _Puts,
+        before: Sequence[Message],
+        after: list[Message],
+        state: ControllerState,
+    ) -> tuple[list[Message], Problem | None]:
         try:
             out, problem = self._keep(
-                before, after, state.produced, state.namespace or self.namespace, state.handles
+                store,
+                before,
+                after,
+                state.produced,
+                state.namespace or self.namespace,
+                state.handles,
             )
         except Exception as exc:  # a bug here must not cost the compaction
             logger.debug("the store hook raised", exc_info=True)
@@ -221,6 +263,7 @@ class StoreHook:
 
     def _keep(
         self,
+        store: _Puts,
         before: Sequence[Message],
         after: list[Message],
         produced: ProducedMessages,
@@ -258,7 +301,7 @@ class StoreHook:
         except Exception as exc:  # a message no record can hold: report, never raise
             logger.debug("a removed original could not be serialised", exc_info=True)
             records, span, error = [], None, self._failed(exc)
-        held = self._put(records, namespace)
+        held = self._put(store, records, namespace)
         if isinstance(held, Problem):
             error, held = held, set()
         elif isinstance(held, tuple):
@@ -323,21 +366,20 @@ class StoreHook:
     # -- storing -------------------------------------------------------------------------------
 
     def _put(
-        self, records: list[StoredOriginal], namespace: str
+        self, store: _Puts, records: list[StoredOriginal], namespace: str
     ) -> set[str] | Problem | tuple[Problem, set[str]]:
         """Store ``records``: the handles the store holds afterwards, or the failure (with
         the eviction problem when some were evicted)."""
         if not records:
             return set()
-        store = self.store
-        before = self.store.evictions if counts_evictions(self.store) else None
+        before = store.evictions if counts_evictions(store) else None
         try:
             store.put(*records)
         except Exception as exc:
             logger.debug("store %s raised", type(store).__name__, exc_info=True)
             return self._failed(exc, len(records))
         handles = {r.tool_call_id for r in records}
-        now = self.store.evictions if counts_evictions(self.store) else None
+        now = store.evictions if counts_evictions(store) else None
         if before is None or now is None or now == before:
             return handles
         evicted = now - before
@@ -547,3 +589,37 @@ def is_builtin_placeholder(message: Message) -> bool:
     if message.role != "tool" or not isinstance(message.content, str):
         return False
     return any(p.fullmatch(message.content) for p in _BUILTIN_PLACEHOLDERS)
+
+
+class _Puts(Protocol):
+    def put(self, *records: StoredOriginal) -> None: ...
+
+    def get(
+        self, namespace: str, tool_call_id: str, *, position: int | None = None
+    ) -> StoredOriginal | None: ...
+
+
+class _Collect:
+    """Keeps what :meth:`StoreHook._keep` would store, for one awaited write."""
+
+    def __init__(self) -> None:
+        self.records: tuple[StoredOriginal, ...] = ()
+
+    def put(self, *records: StoredOriginal) -> None:
+        self.records = records
+
+    def get(
+        self, namespace: str, tool_call_id: str, *, position: int | None = None
+    ) -> StoredOriginal | None:
+        return None  # never asked: it counts no evictions
+
+
+class _Raise(_Collect):
+    """Fails as the awaited write did, so the rewrite is decided as after a failed ``put``."""
+
+    def __init__(self, exc: Exception) -> None:
+        super().__init__()
+        self.exc = exc
+
+    def put(self, *records: StoredOriginal) -> None:
+        raise self.exc
