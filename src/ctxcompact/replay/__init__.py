@@ -60,6 +60,7 @@ __all__ = [
     "MemoCounter",
     "MeteredLLM",
     "Pricing",
+    "RecallCheck",
     "ReferencedReport",
     "ReferencedResult",
     "ReplayMode",
@@ -216,7 +217,7 @@ class ReplayStats:
         recallable_results: Of the referenced ones, those that really came back: the input of
             the call that quoted it names a handle of it (a recall marker, a drop note, a
             range it lists) and the recall executor, paged through as a model would, returns
-            its text byte for byte (:class:`~ctxcompact.replay._recoverable.RecallCheck`).
+            its text byte for byte (:class:`RecallCheck`).
             Nothing asks the store whether it holds an id.
         lost_results: Of the referenced ones, the others: lost for good at that call.
         removed_originals: Every original (a tool result, a call's arguments, a user or
