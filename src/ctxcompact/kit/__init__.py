@@ -22,11 +22,14 @@ helper behaves the same in both. What it offers:
   :func:`recall_placeholder`, :func:`truncation_marker`, :func:`cleared_marker`,
   :func:`drop_note`, :func:`range_note`, :func:`strip_notes`, :func:`note_ranges`,
   :data:`RECALL_TOOL_NAME`, :data:`DEFAULT_RECALL_TEMPLATE`, :data:`TRUNCATION_MARKER`,
-  :data:`INPUT_MARKER`, :data:`DROP_MARKER`, and the regexes reading them back
+  :data:`INPUT_MARKER`, :data:`DROP_MARKER`, :data:`MAX_NOTE_RESULTS`, the handles' prefixes
+  (:data:`ARGUMENTS_PREFIX`, :data:`RANGE_PREFIX`, :data:`STAND_IN_RANGE`), and the regexes
+  reading them back
   (:data:`TRUNCATION_RE`, :data:`CLEARED_RE`, :data:`DROP_NOTE_RE`, :data:`RANGE_NOTE_RE`).
   A strategy writes the plain forms, or the recall forms when ``ctx.recall`` says the
   controller keeps the originals.
-- Pins, the messages never to drop: :func:`pinned_indices`, :class:`PinRules`.
+- Pins, the messages never to drop: :func:`pinned_indices`, :class:`PinRules` (at most
+  :data:`MAX_PIN_PATTERNS` patterns of :data:`MAX_PIN_PATTERN_CHARS` characters).
 - Changed copies, fast: :func:`with_content`, :func:`rewrite_contents`.
 - Options checked like the built-ins' and a repr derived from them: :func:`check_int`,
   :func:`options_repr`.
