@@ -100,10 +100,7 @@ def test_an_offset_past_the_end_says_so() -> None:
 
 
 def test_an_empty_result_says_so() -> None:
-    assert (
-        recall(store_with(""))
-        == "Tool result call_7 (1 line, 0 characters): the text is empty."
-    )
+    assert recall(store_with("")) == "Tool result call_7 (1 line, 0 characters): the text is empty."
 
 
 def test_a_window_stops_at_the_character_cap_and_says_where_to_go_on() -> None:

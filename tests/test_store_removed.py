@@ -31,6 +31,7 @@ from ctxcompact.testing import ScriptedLLM
 from .helpers.gen import assistant, call, system, tool, user
 from .helpers.traces import load_trace
 
+
 def rh(message: Message) -> str:
     """The handle of a result whose id is re-used: id@ and 8 hex digits of its text's hash."""
     digest = hashlib.sha256(f"tool\x00{message.text}".encode()).hexdigest()

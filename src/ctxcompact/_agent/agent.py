@@ -116,9 +116,7 @@ def _short_form_controller(
     if placeholder is not None and not recall:
         raise UserError("recall_placeholder= is the recall text: pass recall=True too")
     # No store= at all: the controller's default, a bounded MemoryStore of its own.
-    store: OriginalsStore | Literal["memory"] | None = (
-        options.get("store", "memory")
-    )
+    store: OriginalsStore | Literal["memory"] | None = options.get("store", "memory")
     max_size = options.get("max_context_size")
     reserved = options.get("reserved_context_size")
     return CompactionController(
