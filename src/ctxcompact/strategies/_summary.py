@@ -29,7 +29,7 @@ from ..exceptions import (
     LLMRequiredError,
     SummaryRejectedError,
 )
-from ..kit import MAX_CHARS_PER_TOKEN, check_int, options_repr, pinned_indices
+from ..kit import MAX_CHARS_PER_TOKEN, check_int, options_repr
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -132,11 +132,7 @@ class LLMSummary:
     The last ``max_preserved_messages`` user/assistant messages and everything after the
     first of them are kept as they are (the very same objects); the cut moves earlier rather
     than split a tool-call group. Leading system messages stay first, and system messages
-    from the summarized part are kept right after them. Pinned messages are never summarised
-    away (:func:`ctxcompact.kit.pinned_indices`: the first user message, the newest, the
-    user's pins in ``ctx.pin``): those before everything summarised stay before the summary
-    (the task, as the user stated it, stays first), the others right after it. Everything
-    else before the cut
+    from the summarized part are kept right after them. Everything else before the cut
     becomes one ``user`` message whose text starts with :data:`SUMMARY_PREFIX` (a user
     message, because Anthropic allows no system message mid-history). An earlier summary
     in the summarized part is merged into the new one, not nested.
@@ -244,19 +240,9 @@ class LLMSummary:
             return None
         old = history[head:cut]
         kept_systems = [m for m in old if m.role in _SYSTEM_ROLES]
-        # Pinned messages (the first and newest user message, the user's pins) stay verbatim:
-        # those before everything summarised stay before the summary, the others after it.
-        pins = _summary_pins(history, head, cut, pinned_indices(history, ctx.pin))
-        to_summarize = [
-            m for k, m in enumerate(old, head) if m.role not in _SYSTEM_ROLES and k not in pins
-        ]
+        to_summarize = [m for m in old if m.role not in _SYSTEM_ROLES]
         if not to_summarize or (len(to_summarize) == 1 and _is_summary(to_summarize[0])):
             return None
-        first = next(
-            k for k, m in enumerate(old, head) if m.role not in _SYSTEM_ROLES and k not in pins
-        )
-        pinned_before = [history[k] for k in sorted(pins) if k < first]
-        pinned_after = [history[k] for k in sorted(pins) if k > first]
         text = None
         if self.cache_aligned:
             text = await self._summarize_aligned(llm, ctx, ctx.history if live is None else live)
@@ -270,14 +256,7 @@ class LLMSummary:
             ctx.token_counter,
             max_tokens=SUMMARY_LENGTH_FACTOR * self.max_summary_tokens,
         )
-        return [
-            *history[:head],
-            *kept_systems,
-            *pinned_before,
-            summary,
-            *pinned_after,
-            *history[cut:],
-        ]
+        return [*history[:head], *kept_systems, summary, *history[cut:]]
 
     def cut_index(self, history: Sequence[Message]) -> int:
         """Index of the first preserved message (``len(history)`` keeps none).
@@ -427,21 +406,6 @@ def _leading_systems(history: Sequence[Message]) -> int:
     while i < len(history) and history[i].role in _SYSTEM_ROLES:
         i += 1
     return i
-
-
-def _summary_pins(
-    history: Sequence[Message], head: int, cut: int, pinned: frozenset[int]
-) -> frozenset[int]:
-    """The pinned messages of the summarised part that stay verbatim: not system messages
-    (kept anyway), tool results or tool calls (their group would be split)."""
-    return frozenset(
-        k
-        for k in pinned
-        if head <= k < cut
-        and history[k].role not in _SYSTEM_ROLES
-        and history[k].role != "tool"
-        and not history[k].tool_calls
-    )
 
 
 def _safe_cut(history: Sequence[Message], cut: int) -> int:
