@@ -416,11 +416,7 @@ def test_recall_without_a_path_keeps_originals_in_memory(tmp_path: Path) -> None
     agent = Agent.from_config(write(tmp_path, "[store]\nrecall = true\n"), llm=ScriptedLLM())
     assert isinstance(agent.store, MemoryStore)
     assert agent.controller.recall_placeholder is not None
-    # [store] recall is on by default: originals in memory, the tool offered.
-    default = Agent.from_config(write(tmp_path, ""), llm=ScriptedLLM())
-    assert isinstance(default.store, MemoryStore)
-    assert RECALL_TOOL_NAME in default.tools
-    no_store = Agent.from_config(write(tmp_path, "[store]\nrecall = false\n"), llm=ScriptedLLM())
+    no_store = Agent.from_config(write(tmp_path, ""), llm=ScriptedLLM())
     assert no_store.store is None
     assert RECALL_TOOL_NAME not in no_store.tools
 

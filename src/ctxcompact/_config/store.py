@@ -22,13 +22,15 @@ __all__ = ["StoreConfig"]
 class StoreConfig(BaseModel):
     """``[store]``: keep what compaction removes, and let the model recall it.
 
-    ``recall`` is on by default: the originals are kept and every marker names the handle to
-    recall them with (:mod:`ctxcompact.kit._markers`). ``path`` is a SQLite file (``~``
+    ``recall = true``: the originals are kept and every marker names the handle to recall them
+    with (:mod:`ctxcompact.kit._markers`); off by default here, because the recall forms cost
+    tokens a configured pipeline was tuned without (+3 points of input for
+    ``examples/recommended.toml`` on the public traces). ``path`` is a SQLite file (``~``
     expanded, relative to the config file's folder); ``url`` a Redis server
     (``redis://[[user]:password@]host[:port][/db]``, ``rediss://`` or ``unix://``; the
     ``redis`` extra), which processes on several machines share: give every replica the same
-    ``url`` and ``prefix``. Without either the originals are kept in memory for the life of
-    the process; ``recall = false`` without either: no store. ``ttl`` (Redis only): seconds an
+    ``url`` and ``prefix``. ``recall = true`` without either keeps the originals in memory for
+    the life of the process. ``ttl`` (Redis only): seconds an
     entry lives after it was last stored (none by default: the ``max_bytes`` bound alone
     evicts).
 
@@ -45,7 +47,7 @@ class StoreConfig(BaseModel):
     prefix: str = Field(default="ctxcompact", pattern=r"^[A-Za-z0-9_.:-]{1,64}$")
     ttl: float | None = Field(default=None, gt=0)
     max_bytes: int = Field(default=DEFAULT_MAX_BYTES, ge=1)
-    recall: bool = True
+    recall: bool = False
     recall_placeholder: str = Field(default=DEFAULT_RECALL_TEMPLATE, min_length=1)
 
     @field_validator("recall_placeholder")
