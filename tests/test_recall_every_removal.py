@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+from pathlib import Path
 
 import pytest
 
@@ -18,7 +19,9 @@ from ctxcompact import (
     ToolCall,
     check_history,
     from_openai,
+    load_config,
 )
+from ctxcompact.exceptions import ConfigError
 from ctxcompact.replay import RecallCheck
 from ctxcompact.store import (
     DEFAULT_MEMORY_STORE_BYTES,
@@ -265,3 +268,23 @@ async def test_without_recall_markers_stay_plain_but_originals_are_kept() -> Non
     assert tool_results
     for removal in tool_results:
         assert recall_whole(controller.store, removal.handle) == removal.original
+
+
+def test_pin_patterns_come_from_toml_and_a_bad_one_names_its_key(tmp_path: Path) -> None:
+    path = tmp_path / "c.toml"
+    path.write_text(
+        '[compaction]\nstrategy = "context-guard"\nmax_context_size = 8000\n'
+        'reserved_context_size = 1000\npin_patterns = ["## Rules", "never (push|merge)"]\n'
+    )
+    controller = CompactionController.from_config(path)
+    assert controller.pin_rules(Message.user("## Rules\n1. tests first"))
+    assert controller.pin_rules(Message.user("we never merge on friday"))
+    assert not controller.pin_rules(Message.user("hello"))
+    path.write_text(
+        '[compaction]\nstrategy = "context-guard"\nmax_context_size = 8000\n'
+        'reserved_context_size = 1000\npin_patterns = ["(unclosed"]\n'
+    )
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    assert info.value.key is not None
+    assert "pin_patterns" in info.value.key

@@ -196,6 +196,7 @@ class Wiring:
                 self.recall_placeholder if self.recall and store is not None else None
             ),
             cache_ttl=self.cache_ttl,
+            pin_patterns=self.config.compaction.pin_patterns,
         )
 
 
