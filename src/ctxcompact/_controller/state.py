@@ -163,8 +163,8 @@ class ControllerState:
         """Recall handles stored so far -> the hash of the text stored under each, so an id
         re-used after a compaction gets a handle of its own."""
         self.recall_named = False
-        """Whether a marker in this conversation has named the recall tool (the agent offers
-        the tool from then on)."""
+        """Whether a marker in this conversation has named the recall tool (a loop that
+        offers the tool only once needed can read it)."""
 
     def reset(self) -> None:
         """Start afresh: close the circuit, drop the min-progress wait, forget counts, usage,
