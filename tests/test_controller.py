@@ -43,9 +43,7 @@ class Fixed:
 
 
 def users(n: int) -> list[Message]:
-    """``n`` one-word messages. Assistant messages: with no user message nothing is pinned,
-    so these tests see the controller's mechanics alone (pins have tests of their own)."""
-    return [assistant(f"m{i}") for i in range(n)]
+    return [user(f"m{i}") for i in range(n)]
 
 
 def keep_last(k: int) -> FunctionStrategy:

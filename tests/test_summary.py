@@ -437,12 +437,8 @@ async def test_under_the_controller_a_failure_keeps_the_history_and_a_success_re
     out = result.history
     assert result.event is not None
     assert result.event.status == "compacted"
-    # The controller puts the first user message (the task, pinned) back before the summary
-    # and says so.
-    assert out[1] is history[1]
-    assert summary_text(out[2]) == "short summary"
-    assert out[3] is history[8]
-    assert [p.kind for p in result.event.problems] == ["pin_restored"]
+    assert summary_text(out[1]) == "short summary"
+    assert out[2] is history[8]
 
 
 async def test_when_short_items_do_not_fit_the_oldest_are_left_out_not_the_summary() -> None:

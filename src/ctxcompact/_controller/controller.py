@@ -33,7 +33,7 @@ from .._defaults import (
 )
 from .._tokens.counters import HeuristicTokenCounter, TokenCounter
 from ..exceptions import ConfigError, LLMUnavailableError, UserError
-from ..kit import PinRules, pinned_indices
+from ..kit import PinRules
 from ..llm._breaker import LLMOutages, watch_outages
 from ..store._memory import DEFAULT_MEMORY_STORE_BYTES, MemoryStore
 from ..store._records import DEFAULT_NAMESPACE
@@ -126,9 +126,10 @@ class CompactionController:
     a transform removes in a bounded :class:`~ctxcompact.store.MemoryStore` of its own
     (``store``), and with ``recall_placeholder`` every marker left in the view names the handle
     to recall it with (offer the model :func:`ctxcompact.store.recall_tool` of
-    ``controller.store``; the :class:`~ctxcompact.Agent` does). Pinned messages (system
-    messages, the first and the newest user message, ``pin`` and ``pin_patterns``) are checked
-    after every rewrite and put back when a strategy lost them (a ``pin_restored`` problem).
+    ``controller.store``; the :class:`~ctxcompact.Agent` does). The messages the
+    user pins (``pin``, ``pin_patterns``) are checked after every rewrite and put back when a
+    strategy lost them (a ``pin_restored`` problem); the built-in guard also keeps system
+    messages and the first and newest user message.
 
     Loop guards: when a run saves less than ``min_progress`` of the (estimated) tokens, the
     controller waits until the history has grown by that fraction before trying again;
@@ -560,8 +561,15 @@ class CompactionController:
     ) -> tuple[list[Message], tuple[Problem, ...]]:
         """``output`` with the pinned messages of ``history`` it lost put back, and the
         ``pin_restored`` problem when there were some (logged at WARNING)."""
+        rules = self.pin_rules
+        if not rules:
+            return list(output), ()
         try:
-            pinned = pinned_indices(history, self.pin_rules or None)
+            # What the user pinned. The default pins (system messages, the first and newest
+            # user message) are the strategies' to keep: the guard never drops them, a summary
+            # stands for the turns it replaces, and a strategy may document that it rewrites
+            # a system message.
+            pinned = frozenset(i for i, m in enumerate(history) if rules(m))
             result, restored = restore_pins(history, output, pinned)
         except Exception:  # a bug or a pin predicate that raised: the output stands as it is
             logger.warning("checking the pins after %s raised; its output stands", name)
@@ -571,8 +579,8 @@ class CompactionController:
             return result, ()
         problem = Problem.fixed(
             "pin_restored",
-            f"{name} lost {restored} pinned message(s) (system, first or newest user "
-            "message, or a pin); the controller put them back where they were",
+            f"{name} lost {restored} pinned message(s) (pin, pin_patterns); the "
+            "controller put them back where they were",
             source=name,
             count=restored,
         )

@@ -293,14 +293,23 @@ class StoreHook:
             links.update(note_ranges(after[targets[1]].text))
         records: list[StoredOriginal] = []
         error: Problem | None = None
+        unrecordable: Exception | None = None
+        for removal in recordable:  # one at a time: one odd message costs only its own recall
+            try:
+                records += records_of([removal], namespace=namespace)
+            except Exception as exc:  # a message no record can hold: report, never raise
+                logger.debug("a removed original could not be serialised", exc_info=True)
+                unrecordable = unrecordable or exc
+        span: StoredOriginal | None = None
         try:
-            records = records_of(recordable, namespace=namespace)
             span = range_record(gone, sorted(links), namespace=namespace) if self.recall else None
-            if span is not None:
-                records.append(span)
-        except Exception as exc:  # a message no record can hold: report, never raise
-            logger.debug("a removed original could not be serialised", exc_info=True)
-            records, span, error = [], None, self._failed(exc)
+        except Exception as exc:
+            logger.debug("a range could not be serialised", exc_info=True)
+            unrecordable = unrecordable or exc
+        if span is not None:
+            records.append(span)
+        if unrecordable is not None:
+            error = self._failed(unrecordable)
         held = self._put(store, records, namespace)
         if isinstance(held, Problem):
             error, held = held, set()

@@ -23,10 +23,10 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 import httpx
 from starlette.responses import JSONResponse, Response
 
-from .._contract.tools import ERROR_PREFIX
 from ..store._recall import (
     RECALL_TOOL_NAME,
     execute_recall,
+    recall_found,
     recall_tool_spec_anthropic,
     recall_tool_spec_openai,
 )
@@ -87,7 +87,7 @@ class Recall:
             (cid, execute_recall(self.store, args, namespace=namespace)) for cid, args in calls
         ]
         if self.on_answered is not None:
-            found = sum(1 for _, text in results if not text.startswith(ERROR_PREFIX))
+            found = sum(1 for _, text in results if recall_found(text))
             self.on_answered(len(results), found)
         return results
 

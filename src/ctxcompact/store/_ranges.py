@@ -49,7 +49,7 @@ def range_record(
         ('#r', 'range')
         >>> print(record.message.text)
         1 message(s) removed, oldest first; recall_tool_result(handle) shows one:
-        #3d53ff5f26 assistant, 3 chars: old
+        #b45cc7997d assistant, 3 chars: old
     """
     rows: list[str] = []
     keys: list[str] = []

@@ -43,6 +43,7 @@ __all__ = [
     "MAX_RECALL_CHARS",
     "RECALL_TOOL_NAME",
     "execute_recall",
+    "recall_found",
     "recall_placeholder",
     "recall_tool",
     "recall_tool_spec_anthropic",
@@ -273,7 +274,7 @@ def execute_recall(
         return _error(f"the store of removed results failed ({type(exc).__name__})")
     if record is None:
         return (
-            f"Nothing is kept under {handle!r} any more: the store of removed originals "
+            f"{_MISSING} {handle!r} any more: the store of removed originals "
             "drops the oldest ones past its size bound, or no marker named this handle. It "
             "cannot be recalled; read it again from its source if you still need it."
         )
@@ -285,6 +286,21 @@ def execute_recall(
         else 0
     )
     return _window(title, text, request, other_parts)
+
+
+_MISSING = "Nothing is kept under"
+
+
+def recall_found(answer: str) -> bool:
+    """Whether an :func:`execute_recall` answer holds the original (not an error, not the
+    sentence saying the handle is not held).
+
+    Example:
+        >>> from ctxcompact.store import MemoryStore
+        >>> recall_found(execute_recall(MemoryStore(), {"tool_call_id": "gone"}))
+        False
+    """
+    return not answer.startswith((ERROR_PREFIX, _MISSING))
 
 
 def _count(n: int, noun: str) -> str:
