@@ -22,6 +22,8 @@ positions, so they stay valid across successive compactions.
   :func:`execute_recall` and the tool specs serve other loops, :func:`recall_placeholder`
   writes the text that tells the model how, and :func:`recall_whole` reassembles an original
   from the executor's answers, byte for byte, as a check that it really comes back.
+* :func:`default_store_path` is the file ``ctxcompact proxy`` opens when ``[store]`` names
+  none: a SQLite file in the user's cache folder.
 * Summaries are kept under :func:`summary_key` of the messages they replaced, so a summary is
   computed once per conversation (``put_summary``/``get_summary``).
 
@@ -51,6 +53,7 @@ from __future__ import annotations
 from ..exceptions import StoreError
 from ._async import AsyncOriginalsStore, is_async_store
 from ._memory import DEFAULT_MAX_BYTES, DEFAULT_MEMORY_STORE_BYTES, MemoryStore
+from ._paths import default_store_path
 from ._recall import (
     DEFAULT_RECALL_LINES,
     DEFAULT_RECALL_TEMPLATE,
@@ -104,6 +107,7 @@ __all__ = [
     "content_digest",
     "counts_evictions",
     "credential_namespace",
+    "default_store_path",
     "execute_recall",
     "is_async_store",
     "message_key",
