@@ -200,6 +200,7 @@ class Wiring:
             ),
             cache_ttl=self.cache_ttl,
             precompute_ratio=self.precompute_ratio,
+            pin_patterns=self.config.compaction.pin_patterns,
         )
 
 

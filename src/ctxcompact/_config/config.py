@@ -31,6 +31,7 @@ from .._defaults import (
 from .._plugins.loader import params_problem, spec_problem
 from .._tokens.windows import context_window
 from ..exceptions import ConfigError
+from ..kit import PinRules
 from ..strategies._guard import ContextGuard
 from ..strategies._schema1 import Schema1Masking
 from ..strategies._truncation import ToolResultTruncation
@@ -181,6 +182,9 @@ class CompactionConfig(_Table):
     precompute_ratio: float = Field(default=DEFAULT_PRECOMPUTE_RATIO, ge=0.0, lt=1.0)
     """Fraction of the trigger at which a summarizing strategy starts its summary in the
     background, to swap it in when the trigger fires (``0``: only at the trigger)."""
+    pin_patterns: list[str] = Field(default_factory=list)
+    """Messages whose text matches one of these (texts, or RE2 patterns) are pinned: never
+    dropped or summarised away (:class:`ctxcompact.kit.PinRules`)."""
     params: dict[str, object] = Field(default_factory=dict)
     llm: LLMConfig | None = None
 
@@ -190,6 +194,15 @@ class CompactionConfig(_Table):
         problem = spec_problem(value)
         if problem is not None:
             raise ValueError(f"{problem}, such as 'hiding-then-summary'")
+        return value
+
+    @_field_validator("pin_patterns")
+    @classmethod
+    def _pins(cls, value: list[str]) -> list[str]:
+        try:
+            PinRules(value)
+        except ConfigError as exc:
+            raise ValueError(exc.message) from None
         return value
 
     @model_validator(mode="after")

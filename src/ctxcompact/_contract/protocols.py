@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeGuard, runtime_checkable
 
@@ -222,6 +222,14 @@ class CompactionContext:
         ahead: A summary made ahead of this run, in the background, of the start of
             ``history`` (:class:`SummaryAhead`), when the controller has one: a summarizing
             strategy puts it in place instead of calling its model now.
+        recall: The controller keeps what the rewrite removes and its markers name the
+            recall tool: a strategy that budgets counts its markers in their recall forms
+            (:mod:`ctxcompact.kit`'s ``truncation_marker``, ``drop_note``), which the
+            controller then fills with the real handles.
+        pin: The user's pins (``pin_patterns``, a predicate): ``message -> bool``. System
+            messages and the first and newest user messages are pinned whatever it says;
+            :func:`ctxcompact.kit.pinned_indices` gives them all. No built-in strategy drops,
+            hides or summarises a pinned message away.
 
     Example:
         >>> ctx = CompactionContext([Message.user("hi")], 10, 1000, 100)
@@ -238,6 +246,8 @@ class CompactionContext:
     max_output_tokens: int | None = None
     tools: Sequence[ToolSpec] | None = None
     ahead: SummaryAhead | None = None
+    recall: bool = False
+    pin: Callable[[Message], bool] | None = None
 
 
 @runtime_checkable

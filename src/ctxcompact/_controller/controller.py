@@ -23,7 +23,7 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Literal, Protocol
 
 from .._contract.protocols import CompactionContext, CompactionStrategy, summarizes_ahead
 from .._defaults import (
@@ -35,7 +35,9 @@ from .._defaults import (
 )
 from .._tokens.counters import HeuristicTokenCounter, TokenCounter
 from ..exceptions import ConfigError, LLMUnavailableError, NotSmallerError, UserError
+from ..kit import PinRules
 from ..llm._breaker import LLMOutages, watch_outages
+from ..store._memory import DEFAULT_MEMORY_STORE_BYTES, MemoryStore
 from ..store._records import DEFAULT_NAMESPACE
 from .events import (
     AheadUse,
@@ -50,6 +52,7 @@ from .events import (
     same_messages,
     strategy_name,
 )
+from .pins import restore_pins
 from .problems import Problem, describe_error
 from .state import ControllerState
 from .store_hook import StoreHook
@@ -122,6 +125,15 @@ class CompactionController:
     original; both are reported in the returned event, to ``on_event`` and to the
     ``ctxcompact.controller`` logger.
 
+    Nothing is lost for good: by default the controller keeps every original a compaction or
+    a transform removes in a bounded :class:`~ctxcompact.store.MemoryStore` of its own
+    (``store``), and with ``recall_placeholder`` every marker left in the view names the handle
+    to recall it with (offer the model :func:`ctxcompact.store.recall_tool` of
+    ``controller.store``; the :class:`~ctxcompact.Agent` does). The messages the
+    user pins (``pin``, ``pin_patterns``) are checked after every rewrite and put back when a
+    strategy lost them (a ``pin_restored`` problem); the built-in guard also keeps system
+    messages and the first and newest user message.
+
     Loop guards: when a run saves less than ``min_progress`` of the (estimated) tokens, the
     controller waits until the history has grown by that fraction before trying again;
     after ``max_failures`` consecutive failures (raised or rejected) the circuit opens and
@@ -146,15 +158,24 @@ class CompactionController:
         on_event: Called with every event (exceptions it raises are logged, not raised).
         min_progress: Minimum fraction of tokens a run must save to be retried at once.
         max_failures: Consecutive failures that open the circuit.
-        store: An originals store (:mod:`ctxcompact.store`): every message a compaction or
-            a transform removes from what the model sees is recorded there, by tool-call id.
-            A store failure never blocks a rewrite: it is logged at WARNING and reported in
-            ``CompactionResult.store_problem`` / ``PreparedRequest.store_problem``.
+        store: An originals store (:mod:`ctxcompact.store`): every original a compaction or a
+            transform removes from what the model sees is recorded there, by its recall
+            handle. ``"memory"`` (the default): a :class:`~ctxcompact.store.MemoryStore` of
+            its own, bounded at :data:`~ctxcompact.store.DEFAULT_MEMORY_STORE_BYTES`;
+            ``None``: no store. A store failure or eviction never blocks a rewrite: it is
+            logged at WARNING and reported in ``CompactionResult.store_problem`` /
+            ``PreparedRequest.store_problem``.
         store_namespace: Whose originals these are in the store.
         recall_placeholder: With a store, a template (``{tool_call_id}``, ``{tool_name}``)
             that every hidden or masked tool result shows instead of the strategy's own
-            placeholder, so the model knows how to recall it (``None``: the strategies'
-            placeholders stay). See :mod:`ctxcompact._controller.store_hook` for the rules.
+            placeholder; every other marker (cuts, cleared arguments, the drop note,
+            summaries) then names its handle too, so the model knows how to recall it
+            (``None``: the strategies' markers stay). See
+            :mod:`ctxcompact._controller.store_hook` for the rules.
+        pin: Pins more messages: ``message -> bool``.
+        pin_patterns: Pins every message whose text matches one of these (literal texts, or
+            RE2 patterns: linear time whatever the pattern; see
+            :class:`ctxcompact.kit.PinRules` for the bounds).
         cache_ttl: Seconds after which the provider's prompt cache is cold: when more than
             this has passed since the last model call (:meth:`step` or
             :meth:`observe_usage`), the next :meth:`compact` runs the strategy even below
@@ -199,12 +220,14 @@ class CompactionController:
         on_event: EventCallback | None = None,
         min_progress: float = DEFAULT_MIN_PROGRESS,
         max_failures: int = DEFAULT_MAX_FAILURES,
-        store: OriginalsStore | None = None,
+        store: OriginalsStore | Literal["memory"] | None = "memory",
         store_namespace: str = DEFAULT_NAMESPACE,
         recall_placeholder: str | None = None,
         cache_ttl: float | None = None,
         clock: Callable[[], float] = time.monotonic,
         precompute_ratio: float | None = DEFAULT_PRECOMPUTE_RATIO,
+        pin: Callable[[Message], bool] | None = None,
+        pin_patterns: Sequence[str] = (),
     ) -> None:
         if max_context_size <= 0:
             raise ConfigError(f"must be > 0, got {max_context_size}", key="max_context_size")
@@ -253,6 +276,12 @@ class CompactionController:
                 "recall_placeholder= needs store=: placeholders may only promise a recall "
                 "when the originals are kept somewhere"
             )
+        if store == "memory":
+            store = MemoryStore(max_bytes=DEFAULT_MEMORY_STORE_BYTES)
+        elif isinstance(store, str):
+            raise UserError(f'store= takes a store, "memory" or None, got {store!r}')
+        self.pin_rules = PinRules(pin_patterns, predicate=pin)
+        """The user's pins (``pin``, ``pin_patterns``); the defaults apply besides."""
         self.store = store
         self.store_namespace = store_namespace
         self._store_hook = (
@@ -261,6 +290,11 @@ class CompactionController:
             else StoreHook(store, namespace=store_namespace, recall_template=recall_placeholder)
         )
         self.recall_placeholder = recall_placeholder
+
+    @property
+    def recall(self) -> bool:
+        """Whether markers name the recall tool (a store and a ``recall_placeholder``)."""
+        return self._store_hook is not None and self._store_hook.recall
 
     @classmethod
     def from_config(
@@ -535,6 +569,8 @@ class CompactionController:
             token_counter=self.token_counter,
             tools=tools,
             ahead=ahead,
+            recall=self.recall,
+            pin=self.pin_rules or None,
         )
 
     def _decide(
@@ -637,12 +673,12 @@ class CompactionController:
                 note = f"cold cache: would save {freed:.0%}, below min_progress"
                 cold = Problem.fixed("too_little_saved", note, source=name)
                 return self._unchanged(attempt, "noop", (cold,), duration, outage)
-        result = list(output)
+        result, pins = self._restore_pins(history, output, name)
         store_problem: Problem | None = None
+        if same_messages(result, history):  # it only lost pins, which are back
+            return self._unchanged(attempt, "noop", pins, duration, outage)
         if self._store_hook is not None:  # after `duration`: recording is not the strategy's
-            result, store_problem = await self._store_hook.akeep(
-                history, result, st.produced, namespace=st.namespace
-            )
+            result, store_problem = await self._store_hook.akeep(history, result, st)
             if same_messages(result, history):  # only recall placeholders hidden again
                 st.failures = 0
                 st.retry_at = int(estimate * (1 + self.min_progress))
@@ -675,7 +711,7 @@ class CompactionController:
         event = attempt.event(
             "compacted",
             duration,
-            (),
+            pins,
             outage,
             after=(reported, len(result)),
             rewritten=rewritten,
@@ -696,6 +732,37 @@ class CompactionController:
             st.retry_at = int(attempt.estimate * (1 + self.min_progress))
         problem = Problem.fixed("not_smaller", note, source=attempt.name)
         return self._unchanged(attempt, "noop", (problem,), duration, outage)
+
+    def _restore_pins(
+        self, history: Sequence[Message], output: Sequence[Message], name: str
+    ) -> tuple[list[Message], tuple[Problem, ...]]:
+        """``output`` with the pinned messages of ``history`` it lost put back, and the
+        ``pin_restored`` problem when there were some (logged at WARNING)."""
+        rules = self.pin_rules
+        if not rules:
+            return list(output), ()
+        try:
+            # What the user pinned. The default pins (system messages, the first and newest
+            # user message) are the strategies' to keep: the guard never drops them, a summary
+            # stands for the turns it replaces, and a strategy may document that it rewrites
+            # a system message.
+            pinned = frozenset(i for i, m in enumerate(history) if rules(m))
+            result, restored = restore_pins(history, output, pinned)
+        except Exception:  # a bug or a pin predicate that raised: the output stands as it is
+            logger.warning("checking the pins after %s raised; its output stands", name)
+            logger.debug("pin check raised", exc_info=True)
+            return list(output), ()
+        if not restored:
+            return result, ()
+        problem = Problem.fixed(
+            "pin_restored",
+            f"{name} lost {restored} pinned message(s) (pin, pin_patterns); the "
+            "controller put them back where they were",
+            source=name,
+            count=restored,
+        )
+        logger.warning("%s", problem.shown)
+        return result, (problem,)
 
     def _unchanged(
         self,
@@ -787,6 +854,8 @@ class CompactionController:
                 llm=self.llm,
                 token_counter=self.token_counter,
                 max_output_tokens=max_output_tokens,
+                recall=self.recall,
+                pin=self.pin_rules or None,
             )
             try:
                 output = await transform.compact(ctx)
@@ -807,13 +876,14 @@ class CompactionController:
                 logger.warning("%s, skipped", skipped[-1].shown)
                 logger.debug("transform %s output rejected: %s", name, reason)
                 continue
-            current = list(output)
+            restored, pins = self._restore_pins(current, output, name)
+            skipped.extend(pins)
+            current = restored
             tokens = self.token_counter.count(current)
         store_problem: Problem | None = None
         if self._store_hook is not None and current is not history:
-            st = state or self.state
             current, store_problem = await self._store_hook.akeep(
-                history, list(current), st.produced, namespace=st.namespace
+                history, list(current), state or self.state
             )
         return PreparedRequest(list(current), tuple(skipped), store_problem)
 

@@ -55,7 +55,8 @@ class CompactionEvent:
         duration_s: Time spent in the strategy.
         problems: Why it was rejected, failed, skipped or not run, as fields
             (:class:`~ctxcompact.Problem`): the run's own problem, then ``circuit_open`` when
-            this failure opened the circuit. Empty when it compacted or found nothing to do.
+            this failure opened the circuit. When it compacted: ``pin_restored`` when the
+            strategy lost pinned messages and the controller put them back, else empty.
         messages_rewritten: Input messages not kept as they were (dropped, summarized,
             masked or truncated); non-zero is logged as a warning.
         summarizer: What the run's model calls met, when a circuit breaker saw it
@@ -223,10 +224,12 @@ class PreparedRequest:
     Attributes:
         messages: What to send (the stored history is not touched).
         transform_problems: One per transform that raised or broke tool-call pairing and was
-            left out of this request (the others still applied); :attr:`skipped` says them
-            in words.
-        store_problem: Why what the transforms removed could not be stored, when an attached
-            store failed (the request is sent anyway); :attr:`store_error` in words.
+            left out of this request (the others still applied), and a ``pin_restored`` one
+            per transform whose output lost pinned messages the controller put back;
+            :attr:`skipped` says them in words.
+        store_problem: Why what the transforms removed could not be stored, or what the
+            store evicted (``store_evicted``), when an attached store failed or its bound was
+            reached (the request is sent anyway); :attr:`store_error` in words.
 
     Example:
         >>> PreparedRequest([]).skipped

@@ -150,10 +150,12 @@ class ControllerState:
         "background",
         "count",
         "failures",
+        "handles",
         "last_call",
         "last_status",
         "namespace",
         "produced",
+        "recall_named",
         "retry_at",
     )
 
@@ -170,6 +172,12 @@ class ControllerState:
         """Whose originals this conversation's are in an attached store (``None``: the
         controller's ``store_namespace``); the proxy gives each caller its own."""
         self.last_call: float | None = None  # the controller's clock at the last model call
+        self.handles: dict[str, str] = {}
+        """Recall handles stored so far -> the hash of the text stored under each, so an id
+        re-used after a compaction gets a handle of its own."""
+        self.recall_named = False
+        """Whether a marker in this conversation has named the recall tool (a loop that
+        offers the tool only once needed can read it)."""
 
     def reset(self) -> None:
         """Start afresh: close the circuit, drop the min-progress wait, forget counts, usage,
@@ -182,3 +190,5 @@ class ControllerState:
         self.last_call = None
         self.last_status = None
         self.produced = ProducedMessages()
+        self.handles = {}
+        self.recall_named = False

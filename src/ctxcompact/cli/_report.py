@@ -45,6 +45,11 @@ _STAT_KEYS = (
     "removed_results",
     "removed_then_referenced",
     "recallable_results",
+    "lost_results",
+    "removed_originals",
+    "lost_originals",
+    "cleared_arguments",
+    "lost_arguments",
     "summarizer_calls",
     "summarizer_tokens",
     "summarizer_cached_tokens",
@@ -288,6 +293,7 @@ def _rows(pricing: Pricing | None, *, recall: bool) -> tuple[tuple[str, str, boo
             out.append(row)
             if recall:
                 out.append(("  could be recalled", "recallable_results", False))
+                out.append(("  lost for good", "lost_results", False))
         elif row[1] == "cost" and pricing is not None and not flat:
             out.append((f"cost ({_short(pricing.name, 15)})", "cost", True))
             out.append(("cache reads (tokens)", "cache_read_tokens", False))

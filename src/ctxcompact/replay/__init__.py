@@ -45,6 +45,8 @@ from .._formats.files import read_conversation
 from .._history.messages import Message
 from .._tokens.counters import counts_text
 from .._tokens.pricing import PRICING, CacheMeter, CallCost, Pricing, message_time, provider
+from ..store._removed import Removal, removed_originals
+from ._recoverable import RecallCheck
 from ._referenced import (
     ReferencedReport,
     ReferencedResult,
@@ -60,6 +62,7 @@ __all__ = [
     "MemoCounter",
     "MeteredLLM",
     "Pricing",
+    "RecallCheck",
     "ReferencedReport",
     "ReferencedResult",
     "ReplayMode",
@@ -235,8 +238,19 @@ class ReplayStats:
             :func:`ctxcompact.replay._referenced.removed_then_referenced`.
         referenced_results: Of those, the ones a later answer quoted while they were out of
             view ("removed then referenced").
-        recallable_results: Of the referenced ones, those the agent could have recalled: recall
-            was on (a store and recall placeholders) and the store held the original.
+        recallable_results: Of the referenced ones, those that really came back: the input of
+            the call that quoted it names a handle of it (a recall marker, a drop note, a
+            range it lists) and the recall executor, paged through as a model would, returns
+            its text byte for byte (:class:`RecallCheck`).
+            Nothing asks the store whether it holds an id.
+        lost_results: Of the referenced ones, the others: lost for good at that call.
+        removed_originals: Every original (a tool result, a call's arguments, a user or
+            assistant message) some call's input no longer held as it was, counted once.
+        lost_originals: Of those, the ones that did not come back (as for
+            ``recallable_results``) from at least one input that lacked them.
+        cleared_arguments: Of ``removed_originals``, the calls' arguments (cleared, or
+            dropped with their call).
+        lost_arguments: Of those, the ones lost at least once.
         summarizer_calls: Calls made to the summarizer LLM.
         summarizer_tokens: Tokens (input + output) those calls used.
         summarizer_cached_tokens: Of their input, the tokens repeating the previous model
@@ -284,6 +298,11 @@ class ReplayStats:
     removed_results: int = 0
     referenced_results: int = 0
     recallable_results: int = 0
+    lost_results: int = 0
+    removed_originals: int = 0
+    lost_originals: int = 0
+    cleared_arguments: int = 0
+    lost_arguments: int = 0
     summarizer_calls: int = 0
     summarizer_tokens: int = 0
     summarizer_cached_tokens: int = 0
@@ -368,7 +387,9 @@ async def replay(
         pricing: Bill as this provider does (``None``: flat at ``cached_price``). Its TTL
             applies where the assistant messages carry timestamps.
         referenced: Also measure what the strategy removed that a later answer quoted
-            (``removed_results``, ``referenced_results``, ``recallable_results``).
+            (``removed_results``, ``referenced_results``, ``recallable_results``,
+            ``lost_results``) and whether every original removed from an input comes back
+            through recall (``removed_originals`` and the others).
 
     Returns:
         The replay's statistics.
@@ -418,16 +439,47 @@ def _measure_referenced(
     stats.removed_results = report.removed
     stats.referenced_results = report.referenced
     store = controller.store if controller is not None else None
-    if store is None or controller is None or controller.recall_placeholder is None:
-        return stats
+    check = (
+        RecallCheck(store, namespace=controller.store_namespace)
+        if store is not None and controller is not None
+        else None
+    )
     for detail in report.details:
-        if not detail.referenced or detail.tool_call_id is None:
+        if not detail.referenced or detail.referenced_at is None:
             continue
-        record = store.get(controller.store_namespace, detail.tool_call_id)
+        view = inputs.get(detail.referenced_at)
         original = conversation[detail.position]
-        # Ids are re-used across turns: only the very content counts as recallable.
-        stats.recallable_results += record is not None and record.message.text == original.text
+        removal = Removal(
+            detail.position, original, "dropped", detail.tool_call_id or "", None, None
+        )
+        back = check is not None and view is not None and check.comes_back(removal, view)
+        stats.recallable_results += back
+    stats.lost_results = stats.referenced_results - stats.recallable_results
+    _measure_removals(stats, conversation, inputs, check)
     return stats
+
+
+def _measure_removals(
+    stats: ReplayStats,
+    conversation: Sequence[Message],
+    inputs: dict[int, list[Message]],
+    check: RecallCheck | None,
+) -> None:
+    """Every original some input lacked, and whether it came back from each such input."""
+    lost: dict[tuple[int, str], bool] = {}
+    for index, view in sorted(inputs.items()):
+        for removal in removed_originals(conversation[:index], view):
+            if removal.kind == "range":
+                continue
+            key = (removal.position, removal.call.id if removal.call is not None else "")
+            if lost.get(key):
+                continue
+            lost[key] = check is None or not check.comes_back(removal, view)
+    stats.removed_originals = len(lost)
+    stats.lost_originals = sum(lost.values())
+    arguments = [v for (_, call), v in lost.items() if call]
+    stats.cleared_arguments = len(arguments)
+    stats.lost_arguments = sum(arguments)
 
 
 class _TraceClock:
