@@ -2,7 +2,7 @@
 
 The server renders requests with :mod:`tests.helpers.llama_chat`'s chat format, which shows
 the model system prompts, tool calls and tool results (llama-cpp-python's own ``gemma``
-format drops them); see that module for how, and the README ("A local model server") for the
+format drops them); see that module for how, and docs/getting-started/local-model.md for the
 command that starts one by hand.
 
 Use the ``llama_server`` fixture (registered once for the whole suite in
