@@ -18,6 +18,13 @@ per request written to stderr, here ``/dev/null``). Requests are prefixes of the
    throughputs (proxy / direct); printed: each target's medians over the rounds and the
    median ratio, with every round's ratio.
 
+Each concurrency row also gives the CPU each process used per request (``/proc``: the
+client, the upstream, the proxy), which a loaded machine disturbs far less than wall-clock
+times: on a machine whose cores all three share, the throughput ratio is bounded by
+``(client + upstream) / (client + upstream + proxy)``. ``--floor`` adds a no-op proxy on the
+same stack (uvicorn, an httpx pool: read the body, forward it unparsed, relay the answer):
+what any Python proxy of this shape costs before it does anything.
+
 ``--baseline SRC`` starts a second proxy from another checkout's ``src`` (e.g. a
 ``git worktree`` of the commit before a change) and measures it alongside, in the same run and
 alternating, so a change is judged by the ratio of the two on the same (noisy) machine.
@@ -25,7 +32,7 @@ alternating, so a change is judged by the ratio of the two on the same (noisy) m
 requests, loopback only.
 
     .venv/bin/python benchmarks/bench_proxy.py [--quick] [--rounds 5] [--requests 400]
-        [--clients 1,10,50] [--baseline ../base/src] [--only latency|concurrency]
+        [--clients 1,10,50] [--baseline ../base/src] [--floor] [--only latency|concurrency]
 """
 
 from __future__ import annotations
@@ -68,6 +75,51 @@ def _run_upstream(port: int) -> None:
     )
 
 
+def _run_noop(upstream: str, port: int) -> None:
+    """The floor: a proxy on the same stack (uvicorn, one httpx pool) that reads the body and
+    forwards it as it is, parsing nothing, and relays the answer."""
+    import uvicorn
+
+    client: httpx.AsyncClient | None = None
+    dropped = {b"host", b"content-length", b"connection"}
+
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        nonlocal client
+        if scope["type"] == "lifespan":
+            while (await receive())["type"] != "lifespan.shutdown":
+                client = httpx.AsyncClient(timeout=120)
+                await send({"type": "lifespan.startup.complete"})
+            await send({"type": "lifespan.shutdown.complete"})
+            return
+        assert client is not None
+        chunks = []
+        more = True
+        while more:
+            message = await receive()
+            chunks.append(message.get("body", b""))
+            more = message.get("more_body", False)
+        headers = [(k, v) for k, v in scope["headers"] if k not in dropped]
+        request = client.build_request(
+            scope["method"], upstream + scope["path"], headers=headers, content=b"".join(chunks)
+        )
+        answer = await client.send(request, stream=True)
+        kept = [(k.encode(), v.encode()) for k, v in answer.headers.items()
+                if k not in ("content-length", "connection", "transfer-encoding")]  # fmt: skip
+        await send({"type": "http.response.start", "status": answer.status_code, "headers": kept})
+        async for chunk in answer.aiter_raw():
+            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        await answer.aclose()
+        await send({"type": "http.response.body", "body": b""})
+
+    uvicorn.run(app, host="127.0.0.1", port=port, log_level="error")
+
+
+def _cpu(pid: int) -> float:
+    """Seconds of CPU (user and system) process ``pid`` has used (Linux's /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def _wait(url: str) -> None:
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
@@ -85,7 +137,7 @@ class Proxy:
 
     label: str
     url: str
-    process: subprocess.Popen[bytes]
+    process: subprocess.Popen[bytes] | Any
 
     @classmethod
     def start(cls, label: str, config: Path, src: Path | None) -> Proxy:
@@ -107,13 +159,30 @@ class Proxy:
             raise
         return cls(label, url, process)
 
+    @classmethod
+    def noop(cls, upstream: str) -> Proxy:
+        port = free_port()
+        process = mp.get_context("spawn").Process(target=_run_noop, args=(upstream, port))
+        process.start()
+        url = f"http://127.0.0.1:{port}"
+        _wait(f"{url}/v1/models")
+        return cls("no-op", url, process)
+
+    @property
+    def pid(self) -> int:
+        pid: int = self.process.pid
+        return pid
+
     def stop(self) -> None:
         self.process.terminate()
-        try:
-            self.process.wait(10)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
+        if isinstance(self.process, subprocess.Popen):
+            try:
+                self.process.wait(10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        else:
+            self.process.join(10)
 
 
 def history(n_messages: int, trace: str = TRACES[0]) -> list[dict[str, Any]]:
@@ -169,10 +238,13 @@ class Phase:
 
     latencies: list[float]
     rate: float
+    cpu: dict[str, float]
+    """Milliseconds of CPU per request: ``client`` (this process), ``upstream``, ``proxy``."""
 
 
-async def phase(url: str, body: bytes, total: int, clients: int) -> Phase:
-    """``clients`` tasks send ``total`` requests to ``url`` back to back, sharing one pool."""
+async def phase(url: str, body: bytes, total: int, clients: int, pids: dict[str, int]) -> Phase:
+    """``clients`` tasks send ``total`` requests to ``url`` back to back, sharing one pool;
+    the CPU the processes in ``pids`` and this one used meanwhile."""
     left = total
     latencies: list[float] = []
     limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
@@ -189,13 +261,18 @@ async def phase(url: str, body: bytes, total: int, clients: int) -> Phase:
                 r.raise_for_status()
                 latencies.append((time.perf_counter() - t0) * 1000)
 
+        used = {name: _cpu(pid) for name, pid in pids.items()}
+        client_cpu = time.process_time()
         t0 = time.perf_counter()
         await asyncio.gather(*(worker() for _ in range(clients)))
-        return Phase(latencies, total / (time.perf_counter() - t0))
+        rate = total / (time.perf_counter() - t0)
+        cpu = {name: (_cpu(pid) - used[name]) * 1000 / total for name, pid in pids.items()}
+        cpu["client"] = (time.process_time() - client_cpu) * 1000 / total
+        return Phase(latencies, rate, cpu)
 
 
 def concurrency(
-    upstream: str, proxies: list[Proxy], levels: list[int], total: int, rounds: int
+    upstream: tuple[str, int], proxies: list[Proxy], levels: list[int], total: int, rounds: int
 ) -> None:
     body = json.dumps({"model": "m", "messages": history(200)}).encode()
     print(
@@ -203,21 +280,25 @@ def concurrency(
         f" nothing rewritten, {total} requests per target per round, {rounds} rounds,"
         " order alternating"
     )
-    targets = [("direct", upstream)] + [(p.label, p.url) for p in proxies]
+    up_url, up_pid = upstream
+    targets = [("direct", up_url, {"upstream": up_pid})] + [
+        (p.label, p.url, {"upstream": up_pid, "proxy": p.pid}) for p in proxies
+    ]
     for clients in levels:
-        runs: dict[str, list[Phase]] = {label: [] for label, _ in targets}
+        runs: dict[str, list[Phase]] = {label: [] for label, _, _ in targets}
         for r in range(rounds):
             order = targets if r % 2 == 0 else targets[::-1]
-            for label, url in order:
-                runs[label].append(asyncio.run(phase(url, body, total, clients)))
+            for label, url, pids in order:
+                runs[label].append(asyncio.run(phase(url, body, total, clients, pids)))
         direct = runs["direct"]
         d50 = statistics.median(percentile(p.latencies, 0.5) for p in direct)
         d99 = statistics.median(percentile(p.latencies, 0.99) for p in direct)
         print(
             f"{clients:>3} clients | direct p50 {d50:7.2f} p99 {d99:7.2f} ms"
-            f" {statistics.median(p.rate for p in direct):7.1f} req/s"
+            f" {statistics.median(p.rate for p in direct):7.1f} req/s | CPU per request:"
+            f" {_shown_cpu(direct)}"
         )
-        for label, _ in targets[1:]:
+        for label, _, _ in targets[1:]:
             mine = runs[label]
             p50 = statistics.median(percentile(p.latencies, 0.5) for p in mine)
             p99 = statistics.median(percentile(p.latencies, 0.99) for p in mine)
@@ -227,7 +308,13 @@ def concurrency(
                 f" {statistics.median(p.rate for p in mine):7.1f} req/s | added p50"
                 f" {p50 - d50:6.2f} p99 {p99 - d99:7.2f} ms | throughput ratio"
                 f" {statistics.median(ratios):.2f} ({', '.join(f'{x:.2f}' for x in ratios)})"
+                f" | CPU per request: {_shown_cpu(mine)}"
             )
+
+
+def _shown_cpu(phases: list[Phase]) -> str:
+    names = [n for n in ("client", "upstream", "proxy") if n in phases[0].cpu]
+    return ", ".join(f"{n} {statistics.median(p.cpu[n] for p in phases):.2f} ms" for n in names)
 
 
 def _write_config(path: Path, upstream: str, *, window: int) -> None:
@@ -254,6 +341,9 @@ def main() -> None:
     parser.add_argument("--clients", default="1,10,50", help="concurrency levels")
     parser.add_argument("--baseline", type=Path, help="another checkout's src to compare")
     parser.add_argument("--only", choices=("latency", "concurrency"))
+    parser.add_argument(
+        "--floor", action="store_true", help="also a no-op proxy on the same stack (the floor)"
+    )
     args = parser.parse_args()
     rounds, total, sequential = (2, 60, 30) if args.quick else (args.rounds, args.requests, 300)
     levels = [int(n) for n in args.clients.split(",")]
@@ -277,6 +367,8 @@ def main() -> None:
                 proxies = [Proxy.start("this", config, None)]
                 if args.baseline is not None:
                     proxies.append(Proxy.start("baseline", config, args.baseline.resolve()))
+                if args.floor:
+                    proxies.append(Proxy.noop(upstream))
                 try:
                     if latency_part:
                         print(f"\n{label}: window {window:,}, {sequential} alternating requests")
@@ -284,7 +376,8 @@ def main() -> None:
                             for n in (20, 200):
                                 latency(upstream, proxies, n, sequential, trace)
                     if concurrency_part and window == NOTHING_REWRITTEN:
-                        concurrency(upstream, proxies, levels, total, rounds)
+                        assert up.pid is not None
+                        concurrency((upstream, up.pid), proxies, levels, total, rounds)
                 finally:
                     for p in proxies:
                         p.stop()

@@ -4,7 +4,7 @@ Point an agent's base URL at the proxy (``http://127.0.0.1:8787/v1`` for OpenAI 
 ``http://127.0.0.1:8787`` for Anthropic clients) and its requests get the configured
 per-request transforms and triggered compaction before they reach the real provider.
 ``GET /metrics`` serves its counters in the Prometheus text format. Needs the ``proxy`` extra
-(starlette, uvicorn, httpx, prometheus-client).
+(starlette, uvicorn, httpx, prometheus-client, orjson).
 """
 
 from __future__ import annotations
