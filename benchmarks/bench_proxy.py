@@ -10,8 +10,10 @@ per request written to stderr, here ``/dev/null``). Requests are prefixes of the
    alternating; p50/p99 of both, of the per-request difference (the added latency) and the
    ratio of the medians: once with a window so large that nothing is rewritten (the proxy's
    own cost: parse, count, decide, forward, relay) and once with a 16,000-token window where
-   every request is compacted and masked (the cost of a rewrite).
-2. Concurrency, the 200-message request, nothing rewritten: 1, 10 and 50 clients (one
+   every request is compacted and masked (the cost of a rewrite), without a store and then
+   with the store the proxy keeps by default (a SQLite file; here in a temporary folder, not
+   your cache folder).
+2. Concurrency, the 200-message request, nothing rewritten, no store: 1, 10 and 50 clients (one
    asyncio task each, sending back to back) send ``--requests`` requests straight to the
    upstream, then as many through the proxy; ``--rounds`` rounds, the order alternating per
    round. Per target: p50/p99 latency and requests per second; per round the ratio of the
@@ -317,8 +319,9 @@ def _shown_cpu(phases: list[Phase]) -> str:
     return ", ".join(f"{n} {statistics.median(p.cpu[n] for p in phases):.2f} ms" for n in names)
 
 
-def _write_config(path: Path, upstream: str, *, window: int) -> None:
+def _write_config(path: Path, upstream: str, *, window: int, store: Path | None) -> None:
     rewrite = window < NOTHING_REWRITTEN  # the small window: masking on, and the trigger fires
+    table = f'path = "{store}"' if store is not None else "enabled = false"
     path.write_text(
         "[compaction]\n"
         'strategy = "tool-result-hiding"\n'
@@ -328,7 +331,8 @@ def _write_config(path: Path, upstream: str, *, window: int) -> None:
         f"enabled = {'true' if rewrite else 'false'}\n"
         "[proxy]\n"
         f'openai_base_url = "{upstream}/v1"\n'
-        f'anthropic_base_url = "{upstream}"\n',
+        f'anthropic_base_url = "{upstream}"\n'
+        f"[store]\n{table}\n",
         encoding="utf-8",
     )
 
@@ -353,17 +357,23 @@ def main() -> None:
     upstream = f"http://127.0.0.1:{up_port}"
     up = ctx.Process(target=_run_upstream, args=(up_port,), daemon=True)
     up.start()
-    modes = [("nothing rewritten", NOTHING_REWRITTEN), ("every request rewritten", 16_000)]
+    modes: list[tuple[str, int, str | None]] = [
+        ("nothing rewritten, no store", NOTHING_REWRITTEN, None),
+        ("every request rewritten, no store", EVERY_REQUEST_REWRITTEN, None),
+        ("every request rewritten, the default store", EVERY_REQUEST_REWRITTEN, "originals.db"),
+    ]
     try:
         _wait(f"{upstream}/v1/models")
         with tempfile.TemporaryDirectory() as tmp:
-            for label, window in modes:
+            for label, window, store in modes:
                 latency_part = args.only in (None, "latency")
                 concurrency_part = args.only in (None, "concurrency")
                 if window != NOTHING_REWRITTEN and not latency_part:
                     continue
-                config = Path(tmp) / f"proxy-{window}.toml"
-                _write_config(config, upstream, window=window)
+                config = Path(tmp) / f"proxy-{window}-{store}.toml"
+                # The store, as the proxy keeps one by default, in the temporary folder.
+                kept = Path(tmp) / store if store is not None else None
+                _write_config(config, upstream, window=window, store=kept)
                 proxies = [Proxy.start("this", config, None)]
                 if args.baseline is not None:
                     proxies.append(Proxy.start("baseline", config, args.baseline.resolve()))
@@ -375,7 +385,7 @@ def main() -> None:
                         for trace in TRACES:
                             for n in (20, 200):
                                 latency(upstream, proxies, n, sequential, trace)
-                    if concurrency_part and window == NOTHING_REWRITTEN:
+                    if concurrency_part and window == NOTHING_REWRITTEN and store is None:
                         assert up.pid is not None
                         concurrency((upstream, up.pid), proxies, levels, total, rounds)
                 finally:

@@ -192,6 +192,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     replay.add_argument("--plot", metavar="OUT.png", help="draw context tokens per call")
     replay.add_argument("--no-progress", action="store_true", help="no progress bar")
+    replay.add_argument(
+        "--no-store",
+        action="store_true",
+        help="no originals store ([store] enabled = false): nothing removed can be recalled "
+        "(a replay never writes a store file: its stores are in memory, one per conversation)",
+    )
     replay.set_defaults(run="replay")
 
     validate = commands.add_parser(
