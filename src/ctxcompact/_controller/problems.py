@@ -34,9 +34,12 @@ ProblemKind = Literal[
     "circuit_open",
     "waiting",
     "too_little_saved",
+    "not_smaller",
     "transform_raised",
     "transform_rejected",
     "store_failed",
+    "store_evicted",
+    "pin_restored",
     "cannot_encode",
     "unreadable_messages",
     "no_messages",
@@ -55,9 +58,12 @@ _SHOWN: dict[ProblemKind, str] = {
     "circuit_open": "circuit open after {count} failures",
     "waiting": "the last run saved less than min_progress: waiting for the history to grow",
     "too_little_saved": "cold cache: the run would save less than min_progress",
+    "not_smaller": "the run would not shrink the context: waiting for the history to grow",
     "transform_raised": "transform {source} raised {exception_type}",
     "transform_rejected": "transform {source} output rejected",
     "store_failed": "{source} could not keep the removed originals: {exception_type}",
+    "store_evicted": "{source} evicted {count} entries to stay under its size bound",
+    "pin_restored": "{source} lost {count} pinned message(s); put back",
     "cannot_encode": "the rewritten history cannot be sent in this format",
     "unreadable_messages": "messages not understood",
     "no_messages": "body has no 'messages' list",
@@ -114,9 +120,12 @@ class Problem:
             ``waiting`` (the last run saved less than ``min_progress``), ``too_little_saved``
             (a cold-cache run kept for nothing), ``transform_raised``,
             ``transform_rejected``, ``store_failed`` (``count`` originals not kept, when
-            known) and the proxy's: ``cannot_encode``, ``unreadable_messages``,
-            ``no_messages``, ``string_input``, ``no_input``, ``unknown_window``,
-            ``window_too_small``, ``proxy_rewriting_raised``, ``proxy_encoding_raised``.
+            known), ``store_evicted`` (the store's size bound evicted ``count`` entries: their
+            recalls now say so), ``pin_restored`` (the strategy lost ``count`` pinned
+            messages and the controller put them back) and the proxy's: ``cannot_encode``,
+            ``unreadable_messages``, ``no_messages``, ``string_input``, ``no_input``,
+            ``unknown_window``, ``window_too_small``, ``proxy_rewriting_raised``,
+            ``proxy_encoding_raised``.
         source: The strategy, transform or store at fault, by name (``None`` when none is).
         exception_type: The type name of the exception, when one was raised.
         count: The number the kind names (consecutive failures, originals), else ``None``.

@@ -1,8 +1,9 @@
 """ContextGuard: make every request fit ``window - reserve`` (seed 003 L1-L3, seed 002 task 1).
 
-What is kept, by priority: system (and developer) messages, the task (the last user message),
-the newest step (the newest assistant message and its tool results), then older steps and
-turns, newest first, as long as they fit. A step is an assistant message with the tool
+What is kept, by priority: pinned messages (system and developer messages, the first user
+message, the user's pins), the task (the last user message), the newest step (the newest
+assistant message and its tool results), then older steps and turns, newest first, as long as
+they fit. A step is an assistant message with the tool
 messages right after it, so no result is ever left without its call; before the task, whole
 turns are dropped (the cut falls on a user message), so the kept history opens with a user
 message. When the newest step alone does not fit, its results are cut head + tail (seed 003
@@ -16,8 +17,8 @@ import logging
 from typing import TYPE_CHECKING
 
 from ..exceptions import ConfigError
-from ..kit import check_int, options_repr
-from ._fit import DROP_MARKER, Fitter, Plan, log_truncated, result_names
+from ..kit import DROP_MARKER, check_int, options_repr, pinned_indices
+from ._fit import Fitter, Plan, log_truncated, result_names
 from ._truncation import ToolResultTruncation
 
 if TYPE_CHECKING:
@@ -45,15 +46,20 @@ class ContextGuard:
 
     Nothing happens (``None``) while the estimate (``ctx.token_counter``) fits. Otherwise,
     when ``truncate_first``, tool results over ``max_tool_result_chars`` are cut to head +
-    tail first. If that is not enough, the guard keeps the system and developer messages
-    (where they are), the task (the last user message) and the newest step (the newest
-    assistant message with its tool results), then adds older steps and, before the task,
-    whole turns, newest first, while they fit; the rest is dropped. The kept history opens
-    (after system messages) with a user message, and parallel calls stay together.
+    tail first. If that is not enough, the guard keeps the pinned messages (system and
+    developer messages, the first user message, the user's pins: ``ctx.pin``; where they
+    are), the task (the last user message) and the newest step (the newest assistant message
+    with its tool results), then adds older steps and, before the task, whole turns, newest
+    first, while they fit; the rest is dropped. The kept history opens (after system
+    messages) with a user message, and parallel calls stay together.
 
     When steps after the task were dropped and ``drop_marker`` is true, a note
     (:data:`DROP_MARKER`) is appended to a copy of the task, so the model knows its earlier
-    work is gone. It sits after the task's text, where the prompt cache already breaks when
+    work is gone. When the controller keeps what is removed (``ctx.recall``), the note is the
+    recall form (:func:`ctxcompact.kit.drop_note`): it names the range listing every dropped
+    message and the newest dropped results by tool and handle, and is written whenever
+    anything was dropped; cuts then name their handle too. Both are costed as written. It
+    sits after the task's text, where the prompt cache already breaks when
     steps are dropped, and inside the task message, so roles still alternate (a separate
     user message would make two user turns in a row, and a later run would take it for the
     task). A later run updates the count instead of adding a second note.
@@ -199,12 +205,28 @@ class ContextGuard:
             ContextBudgetError: What must be kept does not fit (see the class docstring).
         """
         budget = self.budget(ctx.max_context_size, ctx.reserved_context_size, ctx.max_output_tokens)
-        return self.guard(ctx.history, budget=budget, token_counter=ctx.token_counter)
+        return self.guard(
+            ctx.history,
+            budget=budget,
+            token_counter=ctx.token_counter,
+            pinned=pinned_indices(ctx.history, ctx.pin),
+            recall=ctx.recall,
+        )
 
     def guard(
-        self, history: Sequence[Message], *, budget: int, token_counter: TokenCounter
+        self,
+        history: Sequence[Message],
+        *,
+        budget: int,
+        token_counter: TokenCounter,
+        pinned: frozenset[int] | None = None,
+        recall: bool = False,
     ) -> list[Message] | None:
-        """The synchronous core of :meth:`compact`, with the budget already computed."""
+        """The synchronous core of :meth:`compact`, with the budget already computed.
+
+        ``pinned``: the indices to keep (default :func:`ctxcompact.kit.pinned_indices`);
+        ``recall``: write the recall forms of the note and the cut markers.
+        """
         count = token_counter.count_message
         tokens = [count(m) for m in history]
         total = sum(tokens)
@@ -212,10 +234,10 @@ class ContextGuard:
             return None
         work = list(history)
         if self.truncate_first:
-            changed, total = self._truncate(work, tokens, total, count)
+            changed, total = self._truncate(work, tokens, total, count, recall)
             if total <= budget:
                 return work if changed else None
-        plan = Plan.of(work, tokens)
+        plan = Plan.of(work, tokens, pinned_indices(history) if pinned is None else pinned)
         fitter = Fitter(
             plan,
             work,
@@ -225,6 +247,7 @@ class ContextGuard:
             drop_marker=self.drop_marker,
             fill=self.fill_ratio(),
             batch=self.drop_batch,
+            recall=recall,
         )
         return fitter.fit()
 
@@ -234,13 +257,17 @@ class ContextGuard:
         tokens: list[int],
         total: int,
         count: Callable[[Message], int],
+        recall: bool,
     ) -> tuple[bool, int]:
         changed = False
         names = result_names(work)
         for i, message in enumerate(work):
             if message.role != "tool":
                 continue
-            cut = self.truncation.truncate_message(message)
+            # The id stands in for the handle: the controller writes the real one, which is
+            # no longer unless the id is re-used (then 9 characters more, a few tokens).
+            handle = message.tool_call_id if recall else None
+            cut = self.truncation.truncate_message(message, handle=handle)
             if cut is message:
                 continue
             log_truncated(i, names.get(i, "unknown"), len(message.text), len(cut.text))
