@@ -413,7 +413,9 @@ def test_502_names_the_upstream_url_without_credentials_or_query(tmp_path: Path)
     port = free_port()
     dead = f"http://user:pa55word@127.0.0.1:{port}"
     with start_proxy(write_config(tmp_path, dead)) as proxy:
-        r = httpx.post(f"{proxy}{CHAT}?api-key=QUERYSECRET", json={"model": "m", "messages": []})
+        r = httpx.post(
+            f"{proxy}{CHAT}?api-key=QUERYSECRET", json={"model": "m", "messages": []}, timeout=30
+        )
     assert r.status_code == 502
     message = r.json()["error"]["message"]
     assert f"http://127.0.0.1:{port}/v1/chat/completions" in message
