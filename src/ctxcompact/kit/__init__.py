@@ -16,6 +16,7 @@ helper behaves the same in both. What it offers:
   :data:`UNKNOWN_TOOL_NAME`.
 - What a placeholder saves, in the context's tokens: :class:`PlaceholderCost`,
   :data:`MAX_CHARS_PER_TOKEN`, :data:`HEURISTIC_TOKENS_PER_EXTRA_BYTE`.
+- What names things in a text (identifiers, paths, numbers): :func:`distinctive_tokens`.
 - Changed copies, fast: :func:`with_content`, :func:`rewrite_contents`.
 - Options checked like the built-ins' and a repr derived from them: :func:`check_int`,
   :func:`options_repr`.
@@ -45,6 +46,7 @@ from .._history.messages import with_content
 from ._errors import clear_error_cache, error_reason, is_error_result, looks_like_error
 from ._groups import batched_boundary, call_names, group_results, old_groups_end, rewrite_contents
 from ._options import check_int, options_repr
+from ._terms import distinctive_tokens
 from ._placeholders import (
     HEURISTIC_TOKENS_PER_EXTRA_BYTE,
     HIDDEN_PLACEHOLDER,
@@ -75,6 +77,7 @@ __all__ = [
     "call_names",
     "check_int",
     "clear_error_cache",
+    "distinctive_tokens",
     "error_reason",
     "group_results",
     "is_error_result",
