@@ -366,6 +366,28 @@ async def test_small_saving_counts_as_low_progress() -> None:
     assert len(strategy.calls) == 1
 
 
+async def test_a_small_saving_that_fits_never_holds_back_the_next_needed_run() -> None:
+    # Issue 21: a triggered guard left 5 calls over a 32k window because a run that saved
+    # 7.3% (and fit) made the controller wait for 10% growth. 10 tokens a message here; the
+    # threshold fires at 190 (200 - reserved 10).
+    strategy = FunctionStrategy(lambda ctx: list(ctx.history[1:]))  # saves one message
+    controller, events = make(strategy, max_context_size=200, reserved_context_size=10)
+    stored = list(await controller.maybe_compact(users(19)))  # 190 -> 180: fits, saved 5%
+    for n in range(3):
+        stored.append(user(f"more {n}"))  # back to 190: over the threshold again
+        assert controller.should_compact(stored)
+        stored = list(await controller.maybe_compact(stored))  # saves 5% again, and fits
+        assert events[-1].status == "compacted", events[-1]
+        assert not controller.should_compact(stored)
+    # The same saving when it still leaves the history over the threshold: that one waits.
+    controller, events = make(strategy, max_context_size=200, reserved_context_size=5)
+    stored = list(await controller.maybe_compact(users(21)))  # 210 -> 200, still >= 195
+    assert events[-1].status == "compacted"
+    assert await controller.maybe_compact(stored) is stored
+    assert events[-1].status == "skipped"
+    assert len(strategy.calls) == 5
+
+
 async def test_circuit_opens_after_consecutive_failures_and_force_still_runs() -> None:
     llm = ScriptedLLM()
     attempts: list[int] = []

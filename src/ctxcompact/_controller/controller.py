@@ -483,7 +483,17 @@ class CompactionController:
         st.count.replace(result, self.token_counter)
         after = self.token_count(result, state=st)
         saved = 1 - after / estimate if estimate else 0.0
-        st.retry_at = int(estimate * (1 + self.min_progress)) if saved < self.min_progress else None
+        # A run that brought the history under the threshold met the need, however little
+        # it saved: when the history grows back over the threshold, that is a new need, and
+        # holding it back would send calls over the window. Only a run that left the history
+        # over the threshold waits: re-running it at every call would break the cache (or
+        # call the summarizer) again and again for nothing.
+        fits = after + attempt.reserved < self.max_context_size
+        st.retry_at = (
+            int(estimate * (1 + self.min_progress))
+            if saved < self.min_progress and not fits
+            else None
+        )
         kept = {id(m) for m in result}
         rewritten = sum(1 for m in history if id(m) not in kept)
         # tokens_before may be the provider's count; state the result in the same units
