@@ -79,13 +79,60 @@ def test_short_conversation_is_not_trimmed() -> None:
 def test_long_conversation_drops_the_oldest_and_fits() -> None:
     h = chat(20)
     budget = COUNT.count(h) // 3
-    out = guard(h, context_window=budget, reserve_tokens=0)
+    out = guard(h, context_window=budget, reserve_tokens=0, drop="oldest")
     assert out is not None
     assert COUNT.count(out) <= budget
     assert out[0] is h[0]  # the system prompt stays
+    assert out[1] is h[1]  # so does the first user message, where the task was stated
     assert out[-1] is h[-1]  # the newest stays
-    assert out[1:] == h[len(h) - len(out) + 1 :]  # a suffix of the conversation
+    assert out[2].role == "assistant"  # what follows it opens an exchange: roles alternate
+    assert out[2:] == h[len(h) - len(out) + 2 :]  # then a suffix of the conversation
     assert check_history(out) == []
+
+
+def test_the_first_user_message_is_kept_when_later_user_messages_come() -> None:
+    # mini-swe-agent's shape: the task, then format reminders as user messages; the old
+    # guard kept only the newest user message and dropped the task statement.
+    h = [system("S"), user("fix parse_config in src/app.py " + "detail " * 200)]
+    for k in range(20):
+        h += [assistant(f"step {k}", call(f"c{k}", "cat")), tool(f"c{k}", f"{k} " * 300)]
+        if k % 5 == 4:
+            h += [assistant("two actions"), user("Please give EXACTLY ONE action.")]
+    for drop in ("oldest", "relevance"):
+        out = guard(h, context_window=COUNT.count(h) // 4, reserve_tokens=0, drop=drop)
+        assert out is not None
+        assert COUNT.count(out) <= COUNT.count(h) // 4
+        assert out[:2] == h[:2]
+        assert out[-2:] == h[-2:]
+        assert [m for m in out if m.role == "user"][-1].text.startswith("Please give")
+        _, anthropic = to_anthropic(out)
+        assert same_role_pairs(anthropic) == 0
+        assert check_history(out) == []
+
+
+def test_relevance_keeps_the_step_whose_names_nothing_else_shows() -> None:
+    # Nine steps that all show the same names, one older step that alone shows others: when
+    # some must go, relevance keeps the one whose names would otherwise leave the view.
+    h = [user("task")]
+    h += [assistant(None, call("u", "grep")), tool("u", "unique_helper in src/only_here.py")]
+    for k in range(9):
+        h += [assistant(None, call(f"c{k}", "cat")), tool(f"c{k}", "shared_name " * 40)]
+    budget = COUNT.count(h) - COUNT.count(h[3:7]) + 5  # two of the steps must go
+    oldest = guard(h, context_window=budget, reserve_tokens=0, drop="oldest")
+    relevant = guard(h, context_window=budget, reserve_tokens=0, drop="relevance")
+    assert oldest is not None
+    assert relevant is not None
+    assert h[2] not in oldest
+    assert h[2] in relevant  # kept, and the repeats of shared_name went instead
+    assert COUNT.count(relevant) <= budget
+    assert check_history(relevant) == []
+
+
+def test_an_unknown_drop_order_is_a_config_error() -> None:
+    with pytest.raises(ConfigError) as info:
+        ContextGuard(drop="newest")
+    assert info.value.key == "drop"
+    assert "'relevance', 'oldest'" in str(info.value)
 
 
 def test_budget_is_window_minus_reserve() -> None:
@@ -155,10 +202,10 @@ def test_a_task_alone_over_the_budget_is_cut_head_and_tail() -> None:
     h = [system("sys"), user("old"), assistant("reply"), user("x" * 5_000 + "y" * 5_000)]
     out = guard(h, context_window=50, reserve_tokens=0, truncate_first=False)
     assert out is not None
-    assert [m.role for m in out] == ["system", "user"]
-    assert out[0] is h[0]
+    assert [m.role for m in out] == ["system", "user", "assistant", "user"]
+    assert out[:3] == h[:3]  # the first user message fits, and the reply keeps turns apart
     assert COUNT.count(out) <= 50
-    text = out[1].text
+    text = out[3].text
     assert text.startswith("x")
     assert text.endswith("y")
     assert "characters truncated" in text
@@ -181,13 +228,18 @@ def test_the_newest_steps_results_are_cut_to_fit() -> None:
     h += [tool("a", "x" * 5000), tool("b", "y" * 500)]
     out = guard(h, context_window=600, reserve_tokens=0, truncate_first=False)
     assert out is not None
-    assert out[:2] == h[1:3]  # the task and the call, the very same objects
-    assert [(m.role, m.tool_call_id) for m in out[2:]] == [("tool", "a"), ("tool", "b")]
+    assert out[:3] == h[:3]  # both user messages and the call, the very same objects
+    assert [(m.role, m.tool_call_id) for m in out[3:]] == [("tool", "a"), ("tool", "b")]
     assert COUNT.count(out) <= 600
     # Water-filling: the big result is cut, the small one kept whole when it fits.
-    assert out[3] is h[4]
-    assert out[2].text.startswith("x")
-    assert "characters truncated" in out[2].text
+    assert out[4] is h[4]
+    assert out[3].text.startswith("x")
+    assert "characters truncated" in out[3].text
+    # With no room for the first user message, everything before the task goes instead.
+    tight = guard(h, context_window=150, reserve_tokens=0, truncate_first=False)
+    assert tight is not None
+    assert tight[0] is h[1]
+    assert COUNT.count(tight) <= 150
 
 
 def test_the_question_before_an_oversized_last_unit_is_never_dropped() -> None:
@@ -291,7 +343,8 @@ def test_kept_history_always_starts_with_a_user_message() -> None:
         assert first.role == "user", budget
         assert COUNT.count(out) <= budget
         assert out[-1].role == "assistant"  # the newest step is never dropped
-        assert h[last_user] in out or out[1].text.startswith(h[last_user].text[:100])
+        task = h[last_user].text[:100]
+        assert [m for m in out if m.role == "user"][-1].text.startswith(task)
 
 
 def test_history_without_a_user_message_keeps_its_newest_step() -> None:
@@ -325,10 +378,14 @@ def test_truncation_and_dropping_combine() -> None:
     assert all(len(m.text) <= 50_000 for m in out)
 
 
-def test_truncate_first_false_only_drops() -> None:
+def test_truncate_first_false_leaves_the_cut_to_the_fitting() -> None:
     h = [user("q"), assistant(None, call("a")), tool("a", "L" * 120_000), user("next")]
-    out = guard(h, context_window=1_000, reserve_tokens=0, truncate_first=False)
-    assert out == [h[3]]
+    out = guard(h, context_window=2_000, reserve_tokens=0, truncate_first=False)
+    assert out is not None
+    assert [out[0], out[1], out[3]] == [h[0], h[1], h[3]]
+    # Cut to what fits, not to truncate_first's 4,000 characters.
+    assert 4_000 < len(out[2].text) < 120_000
+    assert COUNT.count(out) <= 2_000
 
 
 def test_drops_and_cuts_are_logged_at_warning(caplog: pytest.LogCaptureFixture) -> None:
@@ -605,8 +662,8 @@ def test_fill_keeps_older_steps_only_up_to_its_share_of_the_budget() -> None:
     for k in range(40):
         h += [assistant(None, call(f"c{k}")), tool(f"c{k}", "r" * 300)]
     budget = COUNT.count(h) // 2
-    full = guard(h, context_window=budget, reserve_tokens=0)
-    part = guard(h, context_window=budget, reserve_tokens=0, fill=0.5)
+    full = guard(h, context_window=budget, reserve_tokens=0, drop="oldest")
+    part = guard(h, context_window=budget, reserve_tokens=0, fill=0.5, drop="oldest")
     assert full is not None
     assert part is not None
     assert COUNT.count(part) <= budget // 2 < COUNT.count(full) <= budget
@@ -645,7 +702,7 @@ def test_steps_are_dropped_in_batches_so_the_prefix_holds_for_several_requests()
     firsts = []
     for end in range(44, len(history) + 1, 2):  # one more step per request
         request = history[:end]
-        out = guard(request, context_window=budget, reserve_tokens=0, drop_batch=4)
+        out = guard(request, context_window=budget, reserve_tokens=0, drop_batch=4, drop="oldest")
         assert out is not None
         assert COUNT.count(out) <= budget
         dropped = (len(request) - len(out)) // 2

@@ -46,7 +46,6 @@ from .._history.messages import with_content
 from ._errors import clear_error_cache, error_reason, is_error_result, looks_like_error
 from ._groups import batched_boundary, call_names, group_results, old_groups_end, rewrite_contents
 from ._options import check_int, options_repr
-from ._terms import distinctive_tokens
 from ._placeholders import (
     HEURISTIC_TOKENS_PER_EXTRA_BYTE,
     HIDDEN_PLACEHOLDER,
@@ -61,6 +60,7 @@ from ._placeholders import (
     render_placeholder,
     validate_template,
 )
+from ._terms import distinctive_tokens
 
 __all__ = [
     "HEURISTIC_TOKENS_PER_EXTRA_BYTE",

@@ -47,7 +47,7 @@ def words(text: str) -> list[str]:
     return [w for w in stripped if w]
 
 
-def distinctive_tokens(text: str) -> frozenset[str]:
+def distinctive_tokens(text: str, *, ngrams: bool = True) -> frozenset[str]:
     """The distinctive content of ``text``, as
     :func:`ctxcompact.replay.removed_then_referenced` defines it.
 
@@ -60,7 +60,7 @@ def distinctive_tokens(text: str) -> frozenset[str]:
     * numbers of 4+ digits not part of a word or a decimal fraction;
     * word 6-grams: six consecutive words (split on white space, lower-cased, punctuation
       stripped from both ends, joined by one space) of 25+ characters, written ``"6g:" +
-      words``.
+      words`` (left out with ``ngrams=False``: names only, which is cheaper).
 
     Example:
         >>> sorted(distinctive_tokens("parse_config failed at src/app/main.py:1234 today"))
@@ -73,7 +73,8 @@ def distinctive_tokens(text: str) -> frozenset[str]:
             tokens.add(word)
     tokens.update(p for p in (m.rstrip(".-") for m in _PATH.findall(text)) if _is_path(p))
     tokens.update(_NUMBER.findall(text))
-    tokens.update(_ngrams(words(text)))
+    if ngrams:
+        tokens.update(_ngrams(words(text)))
     return frozenset(tokens)
 
 

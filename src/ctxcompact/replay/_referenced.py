@@ -28,6 +28,7 @@ __all__ = [
     "removed_then_referenced",
 ]
 
+
 def _answer_text(message: Message) -> str:
     """What the model wrote: its text and its tool calls' arguments."""
     parts = [message.text]

@@ -1,13 +1,14 @@
 """ContextGuard: make every request fit ``window - reserve`` (seed 003 L1-L3, seed 002 task 1).
 
-What is kept, by priority: system (and developer) messages, the task (the last user message),
-the newest step (the newest assistant message and its tool results), then older steps and
-turns, newest first, as long as they fit. A step is an assistant message with the tool
-messages right after it, so no result is ever left without its call; before the task, whole
-turns are dropped (the cut falls on a user message), so the kept history opens with a user
-message. When the newest step alone does not fit, its results are cut head + tail (seed 003
-L1); the task is cut only when it alone is over the budget. What still cannot fit raises
-:class:`~ctxcompact.exceptions.ContextBudgetError` naming the parts.
+What is kept, by priority: system (and developer) messages, the task (the last user message)
+and the exchange holding it, the newest step (the newest assistant message and its tool
+results), the first user message (where agents state their task), then older exchanges while
+they fit, by relevance (those keeping the most names in view, per token) or newest first. An
+exchange is an assistant message with what answers it (see ``_fit.units``), so no result is
+ever left without its call and turns still alternate. When the newest step alone does not fit,
+its results are cut head + tail (seed 003 L1); the task is cut only when it alone is over the
+budget; when even the first user message does not fit, everything before the task goes. What
+still cannot fit raises :class:`~ctxcompact.exceptions.ContextBudgetError` naming the parts.
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ from typing import TYPE_CHECKING
 
 from ..exceptions import ConfigError
 from ..kit import check_int, options_repr
-from ._fit import DROP_MARKER, Fitter, Plan, log_truncated, result_names
+from ._fit import DROP_MARKER, Fitter, log_truncated, result_names
+from ._relevance import Relevance
 from ._truncation import ToolResultTruncation
 
 if TYPE_CHECKING:
@@ -27,12 +29,15 @@ if TYPE_CHECKING:
     from .._history.messages import Message
     from .._tokens.counters import TokenCounter
 
-__all__ = ["DEFAULT_RESERVE_TOKENS", "DROP_MARKER", "TRIGGERED_FILL", "ContextGuard"]
+__all__ = ["DEFAULT_RESERVE_TOKENS", "DROP_MARKER", "DROP_ORDERS", "TRIGGERED_FILL", "ContextGuard"]
 
 logger = logging.getLogger("ctxcompact.strategies.guard")
 
 DEFAULT_RESERVE_TOKENS = 8192
 """``reserve_tokens`` when a ``context_window`` is given and no reserve is (seed 003)."""
+
+DROP_ORDERS = ("relevance", "oldest")
+"""The values of ``drop``: which older steps go first when some must."""
 
 TRIGGERED_FILL = 0.8
 """``fill`` of a triggered guard (no ``context_window``). Replayed over the 17 public traces at
@@ -46,10 +51,14 @@ class ContextGuard:
     Nothing happens (``None``) while the estimate (``ctx.token_counter``) fits. Otherwise,
     when ``truncate_first``, tool results over ``max_tool_result_chars`` are cut to head +
     tail first. If that is not enough, the guard keeps the system and developer messages
-    (where they are), the task (the last user message) and the newest step (the newest
-    assistant message with its tool results), then adds older steps and, before the task,
-    whole turns, newest first, while they fit; the rest is dropped. The kept history opens
-    (after system messages) with a user message, and parallel calls stay together.
+    (where they are), the task (the last user message) with the exchange holding it, the
+    newest step (the newest assistant message with its tool results) and the first user
+    message, then adds older exchanges while they fit, in the ``drop`` order: by relevance
+    (each adds the most names, identifiers, paths and numbers, not otherwise in view per
+    token; no model call) or newest first; the rest is dropped. The kept history opens (after
+    system messages) with a user message, user and assistant turns alternate as they did,
+    and parallel calls stay together. When the first user message cannot fit beside the
+    rest, everything before the task is dropped (the guarantee below).
 
     When steps after the task were dropped and ``drop_marker`` is true, a note
     (:data:`DROP_MARKER`) is appended to a copy of the task, so the model knows its earlier
@@ -91,11 +100,14 @@ class ContextGuard:
             every time), :data:`TRIGGERED_FILL` without (a triggered strategy: the room it
             frees lets several steps through before the next run, so it breaks the prompt
             cache less often).
-        drop_batch: Drop the steps after the task in multiples of this many (at most all
-            but the newest), so the first kept step, and the cached prompt prefix up to it,
-            stays the same for several requests instead of moving at each one. Replayed as
-            a per-request transform over the 17 public traces at a 16k window, batches of 8
-            bring the cache-adjusted cost from 68% to 39% of no compaction.
+        drop_batch: With ``drop="oldest"``: drop older exchanges in multiples of this many
+            (at most all of them), so the first kept one, and the cached prompt prefix up to
+            it, stays the same for several requests instead of moving at each one. Replayed
+            as a per-request transform over the 17 public traces at a 16k window, batches of
+            8 bring the cache-adjusted cost from 68% to 39% of no compaction.
+        drop: Which older exchanges go first when some must: ``"relevance"`` keeps those
+            that keep the most names in view per token (see the README for the measure),
+            ``"oldest"`` keeps the newest, contiguous.
 
     Raises:
         ConfigError: A negative count, or a budget (window minus reserve) that is not positive.
@@ -119,6 +131,7 @@ class ContextGuard:
         drop_marker: bool = True,
         fill: float | None = None,
         drop_batch: int = 1,
+        drop: str = "relevance",
     ) -> None:
         if context_window is not None:
             check_int("context_window", context_window, minimum=1)
@@ -134,6 +147,12 @@ class ContextGuard:
             raise ConfigError(f"must be in (0, 1], got {fill!r}", key="fill")
         self.fill = fill
         self.drop_batch = check_int("drop_batch", drop_batch, minimum=1)
+        if drop not in DROP_ORDERS:
+            raise ConfigError(
+                f"must be one of {', '.join(map(repr, DROP_ORDERS))}, got {drop!r}", key="drop"
+            )
+        self.drop = drop
+        self._relevance = Relevance() if drop == "relevance" else None
         self.truncation = ToolResultTruncation(
             max_chars=max_tool_result_chars, head_chars=head_chars, tail_chars=tail_chars
         )
@@ -202,29 +221,41 @@ class ContextGuard:
         return self.guard(ctx.history, budget=budget, token_counter=ctx.token_counter)
 
     def guard(
-        self, history: Sequence[Message], *, budget: int, token_counter: TokenCounter
+        self,
+        history: Sequence[Message],
+        *,
+        budget: int,
+        token_counter: TokenCounter,
+        target: int | None = None,
     ) -> list[Message] | None:
-        """The synchronous core of :meth:`compact`, with the budget already computed."""
+        """The synchronous core of :meth:`compact`, with the budget already computed.
+
+        With ``target`` (below ``budget``), the history is trimmed as soon as it is over the
+        target, older steps kept up to the target (``fill`` is not used); the task and the
+        newest step may still use the whole budget. :class:`~ctxcompact.strategies.Tiered`
+        calls it so.
+        """
         count = token_counter.count_message
         tokens = [count(m) for m in history]
         total = sum(tokens)
-        if total <= budget:
+        limit = budget if target is None else min(target, budget)
+        if total <= limit:
             return None
         work = list(history)
         if self.truncate_first:
             changed, total = self._truncate(work, tokens, total, count)
-            if total <= budget:
+            if total <= limit:
                 return work if changed else None
-        plan = Plan.of(work, tokens)
+        relevance = self._relevance
         fitter = Fitter(
-            plan,
             work,
             tokens,
             budget=budget,
+            soft=int(budget * self.fill_ratio()) if target is None else limit,
             count=count,
             drop_marker=self.drop_marker,
-            fill=self.fill_ratio(),
             batch=self.drop_batch,
+            rank=None if relevance is None else relevance.order,
         )
         return fitter.fit()
 
