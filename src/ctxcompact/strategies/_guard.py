@@ -29,7 +29,14 @@ if TYPE_CHECKING:
     from .._history.messages import Message
     from .._tokens.counters import TokenCounter
 
-__all__ = ["DEFAULT_RESERVE_TOKENS", "DROP_MARKER", "DROP_ORDERS", "TRIGGERED_FILL", "ContextGuard"]
+__all__ = [
+    "DEFAULT_RESERVE_TOKENS",
+    "DROP_MARKER",
+    "DROP_ORDERS",
+    "PER_REQUEST_DROP_BATCH",
+    "TRIGGERED_FILL",
+    "ContextGuard",
+]
 
 logger = logging.getLogger("ctxcompact.strategies.guard")
 
@@ -38,6 +45,9 @@ DEFAULT_RESERVE_TOKENS = 8192
 
 DROP_ORDERS = ("relevance", "oldest")
 """The values of ``drop``: which older steps go first when some must."""
+
+PER_REQUEST_DROP_BATCH = 8
+"""``drop_batch`` of a per-request guard (see the README's reasoning)."""
 
 TRIGGERED_FILL = 0.8
 """``fill`` of a triggered guard (no ``context_window``). Replayed over the 17 public traces at
@@ -130,8 +140,8 @@ class ContextGuard:
         tail_chars: int = 2_000,
         drop_marker: bool = True,
         fill: float | None = None,
-        drop_batch: int = 1,
-        drop: str = "relevance",
+        drop_batch: int | None = None,
+        drop: str | None = None,
     ) -> None:
         if context_window is not None:
             check_int("context_window", context_window, minimum=1)
@@ -146,19 +156,36 @@ class ContextGuard:
         ):
             raise ConfigError(f"must be in (0, 1], got {fill!r}", key="fill")
         self.fill = fill
-        self.drop_batch = check_int("drop_batch", drop_batch, minimum=1)
-        if drop not in DROP_ORDERS:
+        if drop_batch is not None:
+            check_int("drop_batch", drop_batch, minimum=1)
+        self.drop_batch = drop_batch
+        if drop is not None and drop not in DROP_ORDERS:
             raise ConfigError(
                 f"must be one of {', '.join(map(repr, DROP_ORDERS))}, got {drop!r}", key="drop"
             )
         self.drop = drop
-        self._relevance = Relevance() if drop == "relevance" else None
+        self._relevance = Relevance() if self.drop_order() == "relevance" else None
         self.truncation = ToolResultTruncation(
             max_chars=max_tool_result_chars, head_chars=head_chars, tail_chars=tail_chars
         )
         self.max_tool_result_chars = max_tool_result_chars
         if context_window is not None:
             self.budget(None)
+
+    def drop_order(self) -> str:
+        """``drop``, or its default for how the guard is used: ``"relevance"`` triggered,
+        ``"oldest"`` per request (a request is rebuilt from the whole history every time, and
+        only a fixed order keeps the first kept exchange, so the cached prefix, in place)."""
+        if self.drop is not None:
+            return self.drop
+        return "oldest" if self.context_window is not None else "relevance"
+
+    def batch_size(self) -> int:
+        """``drop_batch``, or its default: :data:`PER_REQUEST_DROP_BATCH` per request, 1
+        triggered (the triggered guard's ``fill`` already spaces its runs)."""
+        if self.drop_batch is not None:
+            return self.drop_batch
+        return PER_REQUEST_DROP_BATCH if self.context_window is not None else 1
 
     def fill_ratio(self) -> float:
         """``fill``, or its default for how the guard is used (see the class docstring)."""
@@ -254,7 +281,7 @@ class ContextGuard:
             soft=int(budget * self.fill_ratio()) if target is None else limit,
             count=count,
             drop_marker=self.drop_marker,
-            batch=self.drop_batch,
+            batch=self.batch_size(),
             rank=None if relevance is None else relevance.order,
         )
         return fitter.fit()

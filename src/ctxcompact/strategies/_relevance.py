@@ -35,8 +35,8 @@ class Relevance:
 
     Example:
         >>> from ctxcompact import Message
-        >>> Relevance().names(Message.user("fix parse_config in src/app.py"))
-        frozenset({'parse_config', 'src/app.py'})
+        >>> sorted(Relevance().names(Message.user("fix parse_config in src/app.py")))
+        ['parse_config', 'src/app.py']
     """
 
     def __init__(self) -> None:

@@ -157,7 +157,14 @@ class Tiered:
 
     def _built_in(self, name: str) -> CompactionStrategy | None:
         if name == "mask":
-            return Schema1Masking(window_turns=self.keep_recent, placeholder_template=MASKED)
+            # It runs when the tiered run does (the threshold fired): every run is a batch,
+            # and the history it sees may already be under the threshold after truncation.
+            return Schema1Masking(
+                window_turns=self.keep_recent,
+                placeholder_template=MASKED,
+                batch_turns=0,
+                always=True,
+            )
         if name == "clear":
             return ToolInputClearing(keep_recent=self.keep_recent, min_chars=self.clear_min_chars)
         if name == "summary":
