@@ -20,8 +20,10 @@ from ctxcompact import (
     check_history,
     from_openai,
     load_config,
+    wire,
 )
 from ctxcompact.exceptions import CompactionError, ConfigError, StrategyLoadError
+from ctxcompact.strategies import ContextGuard
 from ctxcompact.testing import FunctionStrategy, ScriptedLLM
 from tests.helpers.gen import assistant, call, system, tool, user, valid_histories
 from tests.helpers.traces import load_trace
@@ -57,6 +59,9 @@ def make(
     kw.setdefault("token_counter", Fixed())
     kw.setdefault("max_context_size", 100)
     kw.setdefault("reserved_context_size", 20)
+    # These tests are about the trigger and the loop guards: every valid rewrite is kept.
+    # Weighing rewrites against the cache (cache_pricing) has tests of its own.
+    kw.setdefault("cache_pricing", None)
     controller = CompactionController(
         strategy or keep_last(2),  # type: ignore[arg-type]
         on_event=events.append,
@@ -666,7 +671,7 @@ async def test_guard_transform_trims_requests_only() -> None:
 def test_guard_reserve_too_big_names_the_table_at_load_and_at_build() -> None:
     data: dict[str, object] = {
         "compaction": {"max_context_size": 8_000, "reserved_context_size": 100},
-        "context_guard": {"enabled": True},  # reserve_tokens 8192 >= 8000
+        "context_guard": {"enabled": True, "reserve_tokens": 8192},  # 8192 >= 8000
     }
     with pytest.raises(ConfigError) as info:
         Config.from_dict(data)  # caught when the file loads
@@ -679,6 +684,26 @@ def test_guard_reserve_too_big_names_the_table_at_load_and_at_build() -> None:
     with pytest.raises(ConfigError) as built:
         CompactionController.from_config(cfg, strategy=keep_last(1), max_context_size=8_000)
     assert built.value.key == "context_guard.reserve_tokens"
+
+
+def test_the_guard_table_keeps_the_controllers_reserve_free_unless_it_sets_its_own() -> None:
+    # One meaning of "fits": the per-request guard used to keep 8,192 tokens free whatever
+    # the controller reserved, so it trimmed requests the window held (a trace at 8,053
+    # tokens in a 16,000 window with 4,000 reserved).
+    table: dict[str, object] = {"enabled": True}
+    limits = {"strategy": "tool-result-hiding", "max_context_size": 16_000}
+    limits["reserved_context_size"] = 4_000
+
+    def guard() -> ContextGuard:
+        built = wire(Config.from_dict({"compaction": limits, "context_guard": table}))
+        assert isinstance(built.transforms[0], ContextGuard)
+        return built.transforms[0]
+
+    assert guard().budget(None) == 12_000
+    # Per request it drops oldest first, in batches of 8: a fixed order keeps the prefix.
+    assert (guard().drop_order(), guard().batch_size()) == ("oldest", 8)
+    table["reserve_tokens"] = 8_192
+    assert guard().budget(None) == 16_000 - 8_192
 
 
 def test_from_config_window_override_below_reserved_names_the_key(tmp_path: Path) -> None:
@@ -696,7 +721,9 @@ async def test_from_config_transforms_mask_old_results_in_requests_only() -> Non
     cfg = Config.model_validate(
         {
             "compaction": {"max_context_size": 10_000_000},
-            "observation_masking": {"schema1": {"enabled": True, "window_turns": 1}},
+            "observation_masking": {
+                "schema1": {"enabled": True, "window_turns": 1, "always": True}
+            },
         }
     )
     controller = CompactionController.from_config(cfg, strategy=keep_last(1))

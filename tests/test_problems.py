@@ -39,7 +39,7 @@ def test_what_a_problem_shows_comes_from_its_fields_never_from_the_exception(kin
 
 
 def test_the_kinds_are_the_closed_set_headers_know() -> None:
-    assert len(KINDS) == 17
+    assert len(KINDS) == 18
     assert {"strategy_raised", "output_rejected", "circuit_open", "store_failed"} <= set(KINDS)
 
 
