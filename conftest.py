@@ -31,6 +31,7 @@ OPTIONAL_IMPORTS = {
     "starlette": "proxy",
     "uvicorn": "proxy",
     "httpx": "proxy",
+    "redis": "redis",
     "matplotlib": "plot",
     "pydantic_ai": "pydantic-ai",
     "agents": "openai-agents",

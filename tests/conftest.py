@@ -8,8 +8,9 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-# The real llama.cpp server fixture, session-scoped: defined once here so every module that
-# asks for it shares one server (a fixture imported into two modules would start two).
+# The real llama.cpp and Redis server fixtures, session-scoped: defined once here so every
+# module that asks for one shares one server (a fixture imported into two modules would start
+# two).
 import logging  # noqa: E402
 
 import pytest  # noqa: E402
@@ -21,6 +22,8 @@ settings.register_profile("ctxcompact", deadline=None)
 settings.load_profile("ctxcompact")
 
 from tests.helpers.llama_server import llama_server  # noqa: E402, F401
+from tests.helpers.otel import spans  # noqa: E402, F401
+from tests.helpers.redis_server import redis_server  # noqa: E402, F401
 
 
 @pytest.fixture(autouse=True)

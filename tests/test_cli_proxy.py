@@ -126,3 +126,83 @@ def test_proxy_command_keeps_idle_connections_as_configured(
         finally:
             proc.terminate()
             proc.wait(timeout=30)
+
+
+def test_upstreams_and_store_on_the_command_line_need_no_config_file(tmp_path: Path) -> None:
+    fake = FakeUpstream()
+    port = free_port()
+    store = tmp_path / "kept" / "originals.db"
+    with serve_in_thread(fake.app()) as upstream:
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "ctxcompact",
+                "proxy",
+                "--openai-base-url",
+                f"{upstream}/v1",
+                "--anthropic-base-url",
+                upstream,
+                "--store",
+                str(store),
+                "--port",
+                str(port),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        try:
+            wait_for(f"http://127.0.0.1:{port}/v1/models", proc)
+            body = {"model": "gpt-4o", "messages": openai_history(turns=1, output_chars=2)}
+            chat = httpx.post(f"http://127.0.0.1:{port}/v1/chat/completions", json=body)
+            claude = httpx.post(
+                f"http://127.0.0.1:{port}/v1/messages",
+                json={"model": "claude-sonnet-4-5", "max_tokens": 10, "messages": []},
+                headers={"anthropic-version": "2023-06-01"},
+            )
+        finally:
+            proc.terminate()
+            _, err = proc.communicate(timeout=30)
+    assert (chat.status_code, claude.status_code) == (200, 200)
+    assert [r.path for r in fake.received[-2:]] == ["/v1/chat/completions", "/v1/messages"]
+    assert store.exists()  # the store the command line named was opened
+    log = err.decode()
+    start = next(line for line in log.splitlines() if "ctxcompact proxy: OpenAI upstream" in line)
+    assert f"OpenAI upstream {upstream}/v1, Anthropic upstream {upstream}," in start
+    assert "strategy ToolResultHiding" in start  # the command line's default strategy
+    assert f"store SQLite {store}, recall off" in start
+
+
+def test_the_start_up_line_names_a_memory_store_and_recall(tmp_path: Path) -> None:
+    port = free_port()
+    config = tmp_path / "recall.toml"
+    config.write_text(
+        '[compaction]\nstrategy = "tool-result-hiding"\n[store]\nrecall = true\n'
+        '[proxy]\nopenai_base_url = "https://user:secret@llm.example/v1"\n',
+        encoding="utf-8",
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ctxcompact", "proxy", "--config", str(config), "--port", str(port)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        wait_for(f"http://127.0.0.1:{port}/metrics", proc)
+    finally:
+        proc.terminate()
+        _, err = proc.communicate(timeout=30)
+    log = err.decode()
+    assert "OpenAI upstream https://llm.example/v1," in log
+    assert "secret" not in log
+    assert "store in memory (this process only), recall on" in log
+
+
+def test_a_base_url_that_is_not_http_is_a_usage_error() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "ctxcompact", "proxy", "--openai-base-url", "ftp://x/v1"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2
+    assert "--openai-base-url must start with http:// or https://" in done.stderr

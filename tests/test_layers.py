@@ -20,7 +20,7 @@ def lint_imports(*, pythonpath: Path | None = None) -> subprocess.CompletedProce
     if pythonpath is not None:  # another copy of the package, found before the installed one
         env["PYTHONPATH"] = str(pythonpath)
     return subprocess.run(
-        [str(LINT_IMPORTS), "--no-cache", "--no-logo", str(ROOT / "pyproject.toml")],
+        [str(LINT_IMPORTS), "--no-cache", "--no-logo", "--config", str(ROOT / "pyproject.toml")],
         cwd=ROOT,
         env=env,
         capture_output=True,

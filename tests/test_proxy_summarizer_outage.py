@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import httpx
 import openai
 import pytest
 from starlette.applications import Starlette
@@ -306,5 +307,58 @@ def test_the_header_token_carries_no_content(
     with serve_in_thread(app) as proxy:
         ask(proxy, messages)
         report = ask(proxy, messages)
-    assert set(report) == {"action", "strategy", "tokens", "messages", "summarizer"}
+    # Without its summary the request is still over the 4,000-token window, and says so.
+    assert int(report["tokens"].split("->")[1]) > 4000
+    assert report["over_window"] == "4000"
+    assert set(report) == {"action", "strategy", "tokens", "messages", "over_window", "summarizer"}
     assert "maintenance" not in json.dumps(report)
+
+
+def test_metrics_show_the_breaker_state_and_its_counters(
+    servers: tuple[FakeUpstream, str, FakeSummarizer, str], tmp_path: Path
+) -> None:
+    _, up, summarizer, summ = servers
+    strategy, params = HIDING_THEN_SUMMARY
+    path = config_file(tmp_path, up, summ, strategy, "max_context_size = 4000\n", params)
+    app = create_app(load_config(path))
+    clock = Clock()
+    breaker_of(app, clock)
+    with serve_in_thread(app) as proxy:
+        before = metrics(proxy)
+        for _ in range(3):
+            ask(proxy, history())
+        during = metrics(proxy)
+        clock.now += 31
+        summarizer.up = True
+        ask(proxy, history())
+        after = metrics(proxy)
+    state = "ctxcompact_summarizer_breaker_state"
+    assert before[f'{state}{{state="closed"}}'] == 1
+    assert before[f'{state}{{state="open"}}'] == 0
+    assert during[f'{state}{{state="open"}}'] == 1
+    assert during[f'{state}{{state="closed"}}'] == 0
+    assert during["ctxcompact_summarizer_calls_total"] == 1  # the first request's call
+    assert during["ctxcompact_summarizer_failures_total"] == 1
+    assert during["ctxcompact_summarizer_refused_total"] == 2  # the next two
+    assert during["ctxcompact_summarizer_breaker_opened_total"] == 1
+    assert after[f'{state}{{state="closed"}}'] == 1  # the probe found it back
+    assert after["ctxcompact_summarizer_calls_total"] == 2
+    # Every request still compacted (hiding), and said so.
+    compacted = (
+        "ctxcompact_proxy_compactions_total"
+        '{status="compacted",strategy="HidingThenSummary",trigger="threshold"}'
+    )
+    assert after[compacted] == 4
+
+
+def metrics(proxy: str) -> dict[str, float]:
+    """``GET /metrics`` as ``name{labels} -> value`` (labels sorted by name)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    text = httpx.get(f"{proxy}/metrics", timeout=30).text
+    found = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            labels = ",".join(f'{k}="{v}"' for k, v in sorted(sample.labels.items()))
+            found[f"{sample.name}{{{labels}}}" if labels else sample.name] = sample.value
+    return found

@@ -1,4 +1,5 @@
-"""The originals stores: MemoryStore and SQLiteStore (a real file), one contract."""
+"""The originals stores: MemoryStore, SQLiteStore (a real file) and RedisStore (a real
+redis-server), one contract."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from ctxcompact.exceptions import StoreError
 from ctxcompact.store import (
     MemoryStore,
     OriginalsStore,
+    RedisStore,
     SQLiteStore,
     StoredOriginal,
     credential_namespace,
@@ -19,9 +21,10 @@ from ctxcompact.store import (
 )
 
 from .helpers.gen import assistant, call, tool, user
+from .helpers.redis_server import RedisServer
 from .helpers.traces import load_trace, trace_names
 
-Build = Callable[..., "MemoryStore | SQLiteStore"]
+Build = Callable[..., "MemoryStore | SQLiteStore | RedisStore"]
 
 
 def record(
@@ -41,15 +44,25 @@ def record(
     )
 
 
-@pytest.fixture(params=["memory", "sqlite"])
+@pytest.fixture(params=["memory", "sqlite", "redis"])
 def make_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Build]:
-    """A function building a fresh store of each kind (the same file for every SQLite one)."""
-    opened: list[SQLiteStore] = []
+    """A function building a fresh store of each kind (the same file for every SQLite one, the
+    same real Redis server and key prefix for every Redis one)."""
+    opened: list[SQLiteStore | RedisStore] = []
+    redis: RedisServer | None = None
+    prefix = ""
+    if request.param == "redis":  # only these need (and skip without) a redis-server
+        redis = request.getfixturevalue("redis_server")
+        prefix = redis.prefix()
 
-    def build(**kwargs: int) -> MemoryStore | SQLiteStore:
+    def build(**kwargs: int) -> MemoryStore | SQLiteStore | RedisStore:
+        store: SQLiteStore | RedisStore
         if request.param == "memory":
             return MemoryStore(**kwargs)
-        store = SQLiteStore(tmp_path / "originals.db", **kwargs)
+        if redis is not None:
+            store = RedisStore(redis.url, prefix=prefix, **kwargs)
+        else:
+            store = SQLiteStore(tmp_path / "originals.db", **kwargs)
         opened.append(store)
         return store
 
@@ -58,10 +71,10 @@ def make_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Build
         store.close()
 
 
-# -- the contract, both stores ----------------------------------------------------------------
+# -- the contract, every store ----------------------------------------------------------------
 
 
-def test_both_stores_satisfy_the_protocol(make_store: Build) -> None:
+def test_every_store_satisfies_the_protocol(make_store: Build) -> None:
     assert isinstance(make_store(), OriginalsStore)
     assert not isinstance(object(), OriginalsStore)
 
@@ -225,3 +238,26 @@ def test_records_of_short_lived_messages_never_mix_up_their_content() -> None:
         text = f"result number {i}"
         stored = StoredOriginal.from_message(tool("c1", text), position=i, kind="hidden")
         assert stored.message.text == text
+
+
+def test_memory_store_uses_about_its_bound_even_for_text_that_is_not_ascii() -> None:
+    """A string with one emoji takes four bytes a character in Python; the bound counts UTF-8
+    bytes, so the store keeps those: its memory is what it counts plus bookkeeping."""
+    import gc
+    import tracemalloc
+
+    store = MemoryStore()
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        texts = [f"result {i} \N{ROCKET}\n" + "plain ascii output line\n" * 400 for i in range(100)]
+        store.put(*(record(f"call_{i}", text, position=i) for i, text in enumerate(texts)))
+        del texts  # what is left is what the store keeps
+        gc.collect()
+        used = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert store.total_bytes > 100 * 9_000
+    assert used < store.total_bytes + 100 * 2048  # kept as str: about 4x total_bytes
+    assert store.get("default", "call_7").message.text.startswith("result 7 \N{ROCKET}")

@@ -1,6 +1,6 @@
 """A store failure never blocks compaction, whatever the content: a lone UTF-16 surrogate
 (what a JavaScript client sends when it cuts an emoji in two) is stored losslessly and
-recalled exactly, in the library, the agent and the proxy, with both built-in stores."""
+recalled exactly, in the library, the agent and the proxy, with every built-in store."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from ctxcompact.store import (
     RECALL_TOOL_NAME,
     MemoryStore,
     OriginalsStore,
+    RedisStore,
     SQLiteStore,
     StoredOriginal,
     execute_recall,
@@ -53,11 +54,16 @@ STORES: dict[str, StoreFactory] = {
 }
 
 
-@pytest.fixture(params=sorted(STORES))
+@pytest.fixture(params=[*sorted(STORES), "redis"])
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[OriginalsStore]:
-    made = STORES[request.param](tmp_path)
+    made: OriginalsStore
+    if request.param == "redis":  # a real redis-server (skips, saying how to install, without)
+        server = request.getfixturevalue("redis_server")
+        made = RedisStore(server.url, prefix=server.prefix())
+    else:
+        made = STORES[request.param](tmp_path)
     yield made
-    if isinstance(made, SQLiteStore):
+    if isinstance(made, (SQLiteStore, RedisStore)):
         made.close()
 
 

@@ -37,6 +37,7 @@ from .llm import CircuitBreakerLLM, build_llm
 from .llm._base import SDKAdapter
 from .store._memory import MemoryStore
 from .store._recall import DEFAULT_RECALL_TEMPLATE
+from .store._redis import RedisStore
 from .store._sqlite import SQLiteStore
 
 if TYPE_CHECKING:
@@ -549,15 +550,24 @@ def _transform_tables(config: Config) -> list[tuple[str, TransformTable]]:
 
 
 def open_store(config: Config) -> OriginalsStore | None:
-    """The store ``[store]`` describes: a :class:`SQLiteStore` at ``path`` (``~`` expanded,
-    relative to the config file's folder), a :class:`MemoryStore` when only ``recall`` is on,
-    else ``None``.
+    """The store ``[store]`` describes: a :class:`RedisStore` at ``url``, a
+    :class:`SQLiteStore` at ``path`` (``~`` expanded, relative to the config file's folder), a
+    :class:`MemoryStore` when only ``recall`` is on, else ``None``.
 
     Raises:
         ConfigError: The file cannot be opened or was written by a newer ctxcompact (named as
-            ``store.path`` with the config file).
+            ``store.path`` with the config file), or Redis cannot be reached (``store.url``,
+            the URL shown without its credentials).
+        MissingDependencyError: ``url`` without the ``redis`` extra installed.
     """
     table = config.store
+    if table.url is not None:
+        try:
+            return RedisStore(
+                table.url, max_bytes=table.max_bytes, prefix=table.prefix, ttl=table.ttl
+            )
+        except StoreError as exc:  # its text shows the URL without credentials
+            raise ConfigError(str(exc), path=_where(config), key="store.url") from exc
     path = table.resolved_path(config.path)
     if path is None:
         return MemoryStore(max_bytes=table.max_bytes) if table.recall else None

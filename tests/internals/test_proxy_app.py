@@ -66,12 +66,12 @@ class UnencodableRewriter(RaisingRewriter):
         (
             RaisingRewriter(RecursionError("maximum recursion depth exceeded")),
             "rewriting raised RecursionError",
-            "action=failed; strategy=ToolResultHiding; tokens=0->0; messages=0->0;",
+            "action=failed; strategy=ToolResultHiding; tokens=unknown; messages=4->4;",
         ),
         (
             RaisingRewriter(ValueError("SECRET-in-the-message")),
             "rewriting raised ValueError",
-            "action=failed; strategy=ToolResultHiding; tokens=0->0; messages=0->0;",
+            "action=failed; strategy=ToolResultHiding; tokens=unknown; messages=4->4;",
         ),
         (
             # The rewriter's report stands, with the counts of the request as it goes out.

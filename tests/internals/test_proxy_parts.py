@@ -75,14 +75,14 @@ def _call(i: int) -> list[Message]:
     return [Message.assistant(None, tool_calls=[call]), Message.tool(f"c{i}", f"out {i}")]
 
 
-def test_a_later_compaction_is_kept_under_the_received_messages_it_covers() -> None:
+async def test_a_later_compaction_is_kept_under_the_received_messages_it_covers() -> None:
     store = MemoryStore()
     head = [Message.system("sys"), Message.user("go"), *_call(0), *_call(1)]
     summary1 = Message.user(SUMMARY_PREFIX + "one")
     after1 = [head[0], summary1, *head[4:]]
-    assert remember_rewrite(store, "ns", head, 0, head, after1)
+    assert await remember_rewrite(store, "ns", head, 0, head, after1)
     grown = [*head, *_call(2)]
-    reused, end = reuse_rewrites(store, "ns", grown)
+    reused, end = await reuse_rewrites(store, "ns", grown)
     assert end == 4
     assert reused == [*after1, *grown[len(head) :]]
     # What the rewrite kept unchanged is the client's own message again, not a stored copy.
@@ -90,18 +90,20 @@ def test_a_later_compaction_is_kept_under_the_received_messages_it_covers() -> N
     assert all(a is b for a, b in zip(reused[2:], grown[4:], strict=True))
     # The compaction of the reused history merges the summary: kept under `grown`'s messages.
     summary2 = Message.user(SUMMARY_PREFIX + "two")
-    assert remember_rewrite(store, "ns", grown, end, reused, [reused[0], summary2, *reused[-2:]])
-    again, end = reuse_rewrites(store, "ns", [*grown, *_call(3)])
+    assert await remember_rewrite(
+        store, "ns", grown, end, reused, [reused[0], summary2, *reused[-2:]]
+    )
+    again, end = await reuse_rewrites(store, "ns", [*grown, *_call(3)])
     assert end == len(grown) - 2
     assert again == [reused[0], summary2, *grown[-2:], *_call(3)]
     assert grown == [*head, *_call(2)]  # input untouched
-    assert reuse_rewrites(store, "other", grown) == (grown, 0)
+    assert await reuse_rewrites(store, "other", grown) == (grown, 0)
 
 
-def test_a_kept_rewrite_that_would_break_tool_pairs_is_not_used() -> None:
+async def test_a_kept_rewrite_that_would_break_tool_pairs_is_not_used() -> None:
     store = MemoryStore()
     history = [Message.user("go"), *_call(0), *_call(1)]
     # A (corrupt) kept rewrite of the prefix ending at a call, without that call.
     store.put_summary("ns", summary_key(history[:2]), [Message.user(SUMMARY_PREFIX + "x")])
-    assert reuse_rewrites(store, "ns", history) == (history, 0)
+    assert await reuse_rewrites(store, "ns", history) == (history, 0)
     assert history == [Message.user("go"), *_call(0), *_call(1)]  # input untouched

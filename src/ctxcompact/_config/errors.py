@@ -39,7 +39,8 @@ def _problem(error: ErrorDetails, root: type[BaseModel]) -> tuple[str, str]:
     loc = tuple(str(part) for part in error["loc"])
     key = ".".join(loc)
     kind = error["type"]
-    secret = "llm" in loc  # values there may be keys: never repeat them
+    # Values there may be keys (a store URL may hold a password): never repeat them.
+    secret = "llm" in loc or loc[-2:] == ("store", "url")
     value = error.get("input")
     if kind == "extra_forbidden":
         return key, _unknown_key(loc, root)

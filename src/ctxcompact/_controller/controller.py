@@ -42,6 +42,7 @@ from .events import (
     PreparedRequest,
     Step,
     Trigger,
+    breaks_cache,
     rejection,
     same_messages,
     strategy_name,
@@ -50,9 +51,12 @@ from .payback import REWRITE_PRICING, payback
 from .problems import Problem, describe_error
 from .state import ControllerState
 from .store_hook import StoreHook
+from .tracing import compaction_span, describe_compaction
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
+
+    from opentelemetry.trace import Span
 
     from .._contract.protocols import LLM, ToolSpec, Usage
     from .._history.messages import Message
@@ -383,11 +387,25 @@ class CompactionController:
         )
         attempt = self._decide(history, st, force=force, reserved=reserved)
         if isinstance(attempt, CompactionResult):
+            if attempt.event is not None:  # decided without a run: a span all the same
+                with compaction_span() as span:
+                    self._describe(span, attempt.event, reserved)
             return attempt
-        ran = await self._run(attempt, tools)
-        if isinstance(ran, CompactionResult):
-            return ran
-        return self._accept(attempt, ran)
+        # The span is current during the run: the summarizer's own spans are its children.
+        with compaction_span() as span:
+            ran = await self._run(attempt, tools)
+            result = ran if isinstance(ran, CompactionResult) else await self._accept(attempt, ran)
+            self._describe(span, result.event, reserved)
+        return result
+
+    def _describe(self, span: Span | None, event: CompactionEvent | None, reserved: int) -> None:
+        if span is not None and event is not None:
+            describe_compaction(
+                span,
+                event,
+                max_context_size=self.max_context_size,
+                reserved_context_size=reserved,
+            )
 
     def _decide(
         self, history: Sequence[Message], st: ControllerState, *, force: bool, reserved: int
@@ -455,7 +473,7 @@ class CompactionController:
             return self._unchanged(attempt, "failed", problems, duration, outages.status)
         return _Output(output, time.perf_counter() - start, outages.status)
 
-    def _accept(self, attempt: _Attempt, ran: _Output) -> CompactionResult:
+    async def _accept(self, attempt: _Attempt, ran: _Output) -> CompactionResult:
         """Keep the strategy's output when it is valid and worth it; record what was removed."""
         history, st, estimate, name = attempt.history, attempt.state, attempt.estimate, attempt.name
         output, duration, outage = ran.output, ran.duration, ran.outage
@@ -497,7 +515,7 @@ class CompactionController:
         result = list(output)
         store_problem: Problem | None = None
         if self._store_hook is not None:  # after `duration`: recording is not the strategy's
-            result, store_problem = self._store_hook.keep(
+            result, store_problem = await self._store_hook.akeep(
                 history, result, st.produced, namespace=st.namespace
             )
             if same_messages(result, history):  # only recall placeholders hidden again
@@ -530,7 +548,13 @@ class CompactionController:
         tokens = attempt.tokens
         reported = round(after * tokens / estimate) if estimate and tokens != estimate else after
         event = attempt.event(
-            "compacted", duration, (), outage, after=(reported, len(result)), rewritten=rewritten
+            "compacted",
+            duration,
+            (),
+            outage,
+            after=(reported, len(result)),
+            rewritten=rewritten,
+            cache_break=breaks_cache(history, result),
         )
         self._emit(event, st)
         return CompactionResult(result, event, store_problem)
@@ -665,7 +689,7 @@ class CompactionController:
         store_problem: Problem | None = None
         if self._store_hook is not None and current is not history:
             st = state or self.state
-            current, store_problem = self._store_hook.keep(
+            current, store_problem = await self._store_hook.akeep(
                 history, list(current), st.produced, namespace=st.namespace
             )
         return PreparedRequest(list(current), tuple(skipped), store_problem)
@@ -730,6 +754,7 @@ class _Attempt:
         *,
         after: tuple[int, int] | None = None,
         rewritten: int = 0,
+        cache_break: bool = False,
     ) -> CompactionEvent:
         """The attempt's event; ``after`` is the result's (tokens, messages) when it changed."""
         n = len(self.history)
@@ -746,6 +771,7 @@ class _Attempt:
             problems,
             rewritten,
             outage,
+            cache_break,
         )
 
 

@@ -21,6 +21,7 @@ __all__ = [
     "PreparedRequest",
     "Step",
     "Trigger",
+    "breaks_cache",
     "rejection",
     "same_messages",
     "strategy_name",
@@ -59,6 +60,10 @@ class CompactionEvent:
             (:class:`~ctxcompact.llm.CircuitBreakerLLM`): ``unavailable`` (a call was refused
             unsent: the breaker is open, and the run went without the summary, e.g. hiding
             alone) or ``failed`` (a call failed as in an outage); ``None`` otherwise.
+        cache_break: The result rewrote or dropped a message that an earlier model call
+            already had in its prompt (one before the history's last assistant message), so
+            the provider's cached prompt prefix ends there (:func:`breaks_cache`). ``False``
+            unless ``compacted``.
 
     Example:
         >>> e = CompactionEvent("Hiding", "threshold", "compacted", 900, 300, 40, 40, 0.01)
@@ -77,6 +82,7 @@ class CompactionEvent:
     problems: tuple[Problem, ...] = ()
     messages_rewritten: int = 0
     summarizer: OutageStatus | None = None
+    cache_break: bool = False
 
     @property
     def problem(self) -> Problem | None:
@@ -109,6 +115,28 @@ class CompactionEvent:
 def strategy_name(strategy: object) -> str:
     name = getattr(strategy, "name", None)
     return name if isinstance(name, str) and name else type(strategy).__name__
+
+
+def breaks_cache(history: Sequence[Message], output: Sequence[Message]) -> bool:
+    """Whether ``output`` changes a message that an earlier model call already sent.
+
+    The messages before the last assistant message of ``history`` were the prompt of the call
+    that answered with it, so the provider may hold them as a cached prefix; a rewrite that
+    changes or drops any of them makes the next call pay for everything from there again.
+    Rewriting only what came after (the newest tool results, the new user message) keeps it.
+
+    Example:
+        >>> from ctxcompact import Message
+        >>> old = [Message.user("task"), Message.assistant("ok"), Message.user("next")]
+        >>> breaks_cache(old, [*old[:2], Message.user("cut")])
+        False
+        >>> breaks_cache(old, [Message.user("summary"), *old[1:]])
+        True
+    """
+    sent = next((i for i in range(len(history) - 1, -1, -1) if history[i].role == "assistant"), 0)
+    if len(output) < sent:
+        return True
+    return any(output[i] is not history[i] and output[i] != history[i] for i in range(sent))
 
 
 def same_messages(output: Sequence[Message], history: Sequence[Message]) -> bool:

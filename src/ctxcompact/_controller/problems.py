@@ -26,7 +26,7 @@ from typing import Literal
 
 from ..exceptions import CtxCompactError
 
-__all__ = ["Problem", "ProblemKind", "describe_error"]
+__all__ = ["Problem", "ProblemKind", "describe_error", "shown_name"]
 
 ProblemKind = Literal[
     "strategy_raised",
@@ -75,9 +75,15 @@ _UNSAFE = re.compile(r"[^\w.:-]")
 _MAX_NAME = 64
 
 
-def _name(text: str | None) -> str:
-    """A name as a header or a log line may show it: word characters, ``.:-``, at most 64
-    characters (a strategy's ``name`` is free text: ``"; "`` in it would forge a field)."""
+def shown_name(text: str | None) -> str:
+    """A name as a header, a log line, a metric label or a span attribute may show it: word
+    characters and ``.:-``, at most 64 characters (a strategy's ``name`` is free text: ``"; "``
+    in it would forge a header field, and a label must not carry content).
+
+    Example:
+        >>> shown_name("my strategy; action=x")
+        'my_strategy__action_x'
+    """
     if not text:
         return "unknown"
     return _UNSAFE.sub("_", text)[:_MAX_NAME]
@@ -176,8 +182,8 @@ class Problem:
     def shown(self) -> str:
         """The problem from its fields alone: what headers and log lines above DEBUG say."""
         return _SHOWN[self.kind].format(
-            source=_name(self.source),
-            exception_type=_name(self.exception_type),
+            source=shown_name(self.source),
+            exception_type=shown_name(self.exception_type),
             count=self.count,
         )
 

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import logging
 import weakref
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from ..exceptions import ConfigError
 from ..kit import (
@@ -37,6 +37,7 @@ from ..kit import (
     SCHEMA1_SEED_PLACEHOLDER,
     placeholder_pattern,
 )
+from ..store._async import is_async_store
 from ..store._recall import DEFAULT_RECALL_TEMPLATE, RECALL_TOOL_NAME, recall_placeholder
 from ..store._records import StoredOriginal
 from ..store._removed import removed_originals
@@ -175,6 +176,45 @@ class StoreHook:
         The history is ``after`` itself when nothing had to change, else a new list (with
         recall placeholders, or results put back). Never raises.
         """
+        return self._keep(self.store, before, after, produced, namespace)
+
+    async def akeep(
+        self,
+        before: Sequence[Message],
+        after: list[Message],
+        produced: ProducedMessages,
+        *,
+        namespace: str | None = None,
+    ) -> tuple[list[Message], Problem | None]:
+        """:meth:`keep` for async callers: a store that can be awaited
+        (:class:`~ctxcompact.store.AsyncOriginalsStore`, a network store) is awaited instead
+        of blocking the event loop; any other store is called as :meth:`keep` calls it.
+
+        The records are collected first and written in one awaited ``aput``; when that
+        fails, the rewrite is decided again as :meth:`keep` decides it after a failed
+        ``put`` (the strategy's placeholders stay: nothing could be recalled).
+        """
+        store = self.store
+        if not is_async_store(store):
+            return self._keep(store, before, after, produced, namespace)
+        collected = _Collect()
+        out = self._keep(collected, before, after, produced, namespace)
+        if not collected.records:
+            return out
+        try:
+            await store.aput(*collected.records)
+        except Exception as exc:
+            return self._keep(_Raise(exc), before, after, produced, namespace)
+        return out
+
+    def _keep(
+        self,
+        store: _Puts,
+        before: Sequence[Message],
+        after: list[Message],
+        produced: ProducedMessages,
+        namespace: str | None,
+    ) -> tuple[list[Message], Problem | None]:
         try:
             removals = removed_originals(before, after)
         except Exception as exc:  # a bug here must not cost the compaction
@@ -231,7 +271,7 @@ class StoreHook:
         error: Problem | None = None
         if records:
             try:
-                self.store.put(*records)
+                store.put(*records)
             except Exception as exc:
                 logger.debug("store %s raised", type(self.store).__name__, exc_info=True)
                 error = self._failed(exc, len(records))
@@ -269,6 +309,30 @@ class StoreHook:
         logger.warning("originals store failed, the rewrite stands: %s", problem.shown)
         logger.debug("originals store failure: %s", problem.explained)
         return problem
+
+
+class _Puts(Protocol):
+    def put(self, *records: StoredOriginal) -> None: ...
+
+
+class _Collect:
+    """Keeps what :meth:`StoreHook._keep` would store, for one awaited write."""
+
+    def __init__(self) -> None:
+        self.records: tuple[StoredOriginal, ...] = ()
+
+    def put(self, *records: StoredOriginal) -> None:
+        self.records = records
+
+
+class _Raise:
+    """Fails as the awaited write did, so the rewrite is decided as after a failed ``put``."""
+
+    def __init__(self, exc: Exception) -> None:
+        self.exc = exc
+
+    def put(self, *records: StoredOriginal) -> None:
+        raise self.exc
 
 
 def store_cut_results(

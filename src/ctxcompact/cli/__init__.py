@@ -1,4 +1,4 @@
-"""The ``ctxcompact`` command line: apply, replay, validate, strategies, proxy.
+"""The ``ctxcompact`` command line: apply, replay, validate, strategies, proxy, wrap.
 
 ``ctxcompact replay`` with no file replays a demo conversation that ships with the package,
 so the first command works on a fresh machine without an API key. Exit codes: 0 success,
@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from .._defaults import REPLAY_MAX_CONTEXT_SIZE, REPLAY_RESERVED_CONTEXT_SIZE
 from ..exceptions import CtxCompactError
 from ._io import FORMATS, CliError
+from ._proxy import add_proxy_options
 from ._setup import DEFAULT_STRATEGY
 
 if TYPE_CHECKING:
@@ -212,19 +213,35 @@ def build_parser() -> argparse.ArgumentParser:
     proxy = commands.add_parser(
         "proxy",
         help="run the OpenAI/Anthropic-compatible compaction proxy",
-        description="Serve POST /v1/chat/completions and /v1/messages: every request gets the "
-        "config's per-request transforms and, when it reaches the trigger, its strategy, then "
-        "goes to the upstream set in [proxy]. Other paths pass through. Needs the 'proxy' extra.",
+        description="Serve POST /v1/chat/completions, /v1/messages and /v1/responses: every "
+        "request gets the config's per-request transforms and, when it reaches the trigger, its "
+        "strategy, then goes to the upstream set in [proxy] (or --openai-base-url, "
+        "--anthropic-base-url). Other paths pass through; GET /metrics serves Prometheus "
+        "metrics. Needs the 'proxy' extra.",
     )
-    proxy.add_argument(
-        "--config",
-        metavar="FILE",
-        help="a ctxcompact TOML config (default: every default; each request's window is then "
-        "the one of the model it names)",
-    )
+    add_proxy_options(proxy)
     proxy.add_argument("--host", help="address to listen on (default: [proxy] host, 127.0.0.1)")
     proxy.add_argument("--port", type=int, help="port to listen on (default: [proxy] port, 8787)")
     proxy.set_defaults(run="proxy")
+
+    wrap = commands.add_parser(
+        "wrap",
+        help="run an agent command through the proxy (ctxcompact wrap -- claude)",
+        description="Start the proxy on a free loopback port, run COMMAND with OPENAI_BASE_URL, "
+        "OPENAI_API_BASE, ANTHROPIC_BASE_URL and ANTHROPIC_API_BASE pointing at it, pass "
+        "SIGINT/SIGTERM/SIGHUP on, print one summary line, and exit with COMMAND's exit code. "
+        "Upstreams: the options, else the config's [proxy], else the OPENAI_BASE_URL and "
+        "ANTHROPIC_BASE_URL COMMAND would have used.",
+    )
+    add_proxy_options(wrap)
+    wrap.add_argument(
+        "--log",
+        metavar="FILE",
+        help="append the proxy's per-request lines to FILE (default: only its warnings, on "
+        "standard error)",
+    )
+    wrap.add_argument("command", nargs=argparse.REMAINDER, metavar="-- COMMAND ...")
+    wrap.set_defaults(run="wrap")
     return parser
 
 
@@ -245,6 +262,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit code (the console script exits with it)."""
     from ._commands import run_apply, run_replay, run_strategies, run_validate
     from ._proxy import run_proxy
+    from ._wrap import run_wrap
 
     try:
         args = build_parser().parse_args(argv)
@@ -257,6 +275,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "validate": run_validate,
         "strategies": run_strategies,
         "proxy": run_proxy,
+        "wrap": run_wrap,
     }
     try:
         return commands[args.run](args)

@@ -3,7 +3,8 @@
 Point an agent's base URL at the proxy (``http://127.0.0.1:8787/v1`` for OpenAI clients,
 ``http://127.0.0.1:8787`` for Anthropic clients) and its requests get the configured
 per-request transforms and triggered compaction before they reach the real provider.
-Needs the ``proxy`` extra (starlette, uvicorn, httpx).
+``GET /metrics`` serves its counters in the Prometheus text format. Needs the ``proxy`` extra
+(starlette, uvicorn, httpx, prometheus-client).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from .._wiring import as_config, wire
 from ..exceptions import MissingDependencyError
+from ..llm import CircuitBreakerLLM
 
 if TYPE_CHECKING:
     import httpx
@@ -62,6 +64,7 @@ def create_app(
     """
     try:
         from ._app import ProxySettings, build_app
+        from ._metrics import ProxyMetrics
         from ._recall import Recall
         from ._retry import ContextRetry
         from ._rewrite import Rewriter
@@ -93,6 +96,7 @@ def create_app(
         reuse_summaries=wiring.store is not None,
     )
     retry = ContextRetry(wiring.config, wiring.counter)
+    breaker = wiring.llm if isinstance(wiring.llm, CircuitBreakerLLM) else None
     return build_app(
         rewriter,
         settings,
@@ -101,6 +105,8 @@ def create_app(
         recall=recall,
         owned_store=wiring.store if wiring.owned_store else None,
         owned_models=wiring.owned,
+        store=wiring.store,
+        metrics=ProxyMetrics(breaker=breaker),
     )
 
 

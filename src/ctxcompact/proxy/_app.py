@@ -15,11 +15,14 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import httpx
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.responses import Response
 from starlette.routing import Route
 
 from .._controller.problems import Problem
@@ -39,17 +42,19 @@ from ._http import (
     upstream_url,
 )
 from ._json import BodyError, check_charset, encode_body, parse_body
-from ._redact import QuerylessAccessLog, display_url
+from ._metrics import ProxyMetrics
+from ._observe import ObserveRequests, observation, start_request_span, using
+from ._redact import QuerylessAccessLog, display_url, shown_store
 from ._relay import Relay
-from ._rewrite import Body, RewriteReport, dumps
+from ._rewrite import Body, RewriteReport, dumps, raw_count
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Sequence
 
     from starlette.requests import Request
-    from starlette.responses import Response
 
     from .._controller.problems import ProblemKind
+    from ._observe import Observation
     from ._recall import Recall
     from ._retry import ContextRetry
 
@@ -134,6 +139,9 @@ class ProxyApp:
             tool (the rewriter offers it; ``[store] recall``).
         owned_store: A store the proxy opened (``[store]``): closed on shutdown.
         owned_models: Models the proxy built (the summarizer): closed on shutdown.
+        store: The store the proxy keeps originals and summaries in (named in the start-up
+            line); ``owned_store`` when not given.
+        metrics: Its counters, served by ``GET /metrics`` (a new set when not given).
 
     Example:
         >>> from ctxcompact import CompactionController
@@ -156,11 +164,17 @@ class ProxyApp:
         recall: Recall | None = None,
         owned_store: object | None = None,
         owned_models: Sequence[object] = (),
+        store: object | None = None,
+        metrics: ProxyMetrics | None = None,
     ) -> None:
         self.rewriter = rewriter
         self.settings = settings
         self.retry = retry
         self.recall = recall
+        self.metrics = metrics if metrics is not None else ProxyMetrics()
+        if recall is not None:
+            recall.on_answered = self.metrics.recalled
+        self.store = store if store is not None else owned_store
         self._owned_store = owned_store
         self._owned_models = tuple(owned_models)
         self._owns_client = client is None
@@ -174,17 +188,21 @@ class ProxyApp:
         )
 
     def asgi(self) -> Starlette:
-        """The Starlette app serving these routes (``app.state.rewriter`` is the rewriter)."""
+        """The Starlette app serving these routes (``app.state.rewriter`` is the rewriter,
+        ``app.state.metrics`` its :class:`~ctxcompact.proxy._metrics.ProxyMetrics`)."""
         routes = [
             Route("/v1/chat/completions", self.chat_completions, methods=["POST"]),
             Route("/chat/completions", self.chat_completions, methods=["POST"]),
             Route("/v1/messages", self.messages, methods=["POST"]),
             Route("/v1/responses", self.responses, methods=["POST"]),
             Route("/responses", self.responses, methods=["POST"]),
+            Route("/metrics", self.scrape, methods=["GET"]),
             Route("/{path:path}", self.passthrough, methods=_ANY_METHOD),
         ]
-        app = Starlette(routes=routes, lifespan=self.lifespan)
+        middleware = [Middleware(ObserveRequests, metrics=self.metrics)]
+        app = Starlette(routes=routes, middleware=middleware, lifespan=self.lifespan)
         app.state.rewriter = self.rewriter  # what decides, for introspection and tests
+        app.state.metrics = self.metrics
         return app
 
     # -- the routes -------------------------------------------------------------------------
@@ -201,9 +219,15 @@ class ProxyApp:
         """``POST /v1/responses``: an OpenAI Responses request."""
         return await self._handle(request, "responses")
 
+    async def scrape(self, request: Request) -> Response:
+        """``GET /metrics``: the proxy's metrics in the Prometheus text format."""
+        body, content_type = self.metrics.exposition()
+        return Response(body, media_type=content_type)
+
     async def passthrough(self, request: Request) -> Response:
         """Any other path and method: forwarded as received (to Anthropic when the request
         looks like Anthropic's, else to OpenAI), after the path is checked."""
+        observation(request).route = "passthrough"
         path = normalised_path(request.url.path)
         if path is None:
             return error_response(
@@ -232,11 +256,13 @@ class ProxyApp:
             access.addFilter(QuerylessAccessLog())
         logger.info(
             "ctxcompact proxy: OpenAI upstream %s, Anthropic upstream %s, strategy %s, "
-            "transforms %s",
+            "transforms %s, store %s, recall %s",
             display_url(self.settings.openai_base_url),
             display_url(self.settings.anthropic_base_url),
             self.rewriter.strategy_name,
             ", ".join(self.rewriter.transform_names) or "none",
+            shown_store(self.store),
+            "on" if self.recall is not None else "off",
         )
         try:
             yield
@@ -252,6 +278,8 @@ class ProxyApp:
     # -- one chat request -------------------------------------------------------------------
 
     async def _handle(self, request: Request, provider: str) -> Response:
+        seen = observation(request)
+        route = seen.route = _ROUTES[provider]
         try:
             raw = await read_body(request, self.settings.max_body_bytes)
         except BodyTooLarge:
@@ -267,7 +295,21 @@ class ProxyApp:
         # and query), or one of its own when it carries none.
         query = request.scope["query_string"].decode("latin-1")
         caller = caller_namespace(request.headers.items(), query)
-        out, report = await self._rewrite(request, provider, body, raw, caller)
+        base = (
+            self.settings.anthropic_base_url
+            if provider == "anthropic"
+            else self.settings.openai_base_url
+        )
+        start_request_span(seen, route, body, base)
+        with using(seen.span):  # the compaction span, if any, is its child
+            started = time.perf_counter()
+            out, report = await self._rewrite(request, provider, body, raw, caller)
+            self.metrics.rewritten(route, time.perf_counter() - started)
+            return await self._send_chat(request, provider, out, report)
+
+    async def _send_chat(
+        self, request: Request, provider: str, out: bytes, report: RewriteReport
+    ) -> Response:
         # Never the headers: they carry the API key.
         logger.info("%s %s %s", request.method, request.url.path, report.header())
         if report.problems:
@@ -307,7 +349,8 @@ class ProxyApp:
             logger.debug("%s %s detail: %.500s", request.method, request.url.path, exc)
             if report is None:
                 name = self.rewriter.strategy_name
-                return raw, RewriteReport("failed", name, 0, 0, 0, 0, (problem,))
+                n = raw_count(provider, body)  # not read: its length as received
+                return raw, RewriteReport("failed", name, None, None, n, n, (problem,))
             # The rewriter's counts stand for the request as received, which is what goes out.
             unsent = dataclasses.replace(
                 report,
@@ -331,6 +374,9 @@ class ProxyApp:
         """Send the request upstream and relay the answer: the one way out, the recall path
         included, so both refuse, time out and break off alike."""
         http = self.http
+        seen = observation(request)
+        seen.report = report
+        route = seen.route or "passthrough"
         url = upstream_url(self.settings, provider, path, request.url.query)
         shown = display_url(url)
         headers = {k: v for k, v in request.headers.items() if k.lower() not in DROP_REQUEST}
@@ -340,36 +386,56 @@ class ProxyApp:
             )
         except (httpx.InvalidURL, ValueError):  # UnicodeEncodeError: a non-ASCII header value
             return error_response(400, "request path, query or headers cannot be forwarded", report)
+
+        async def send(outgoing: httpx.Request) -> httpx.Response:
+            started = time.perf_counter()
+            answer = await http.send(outgoing, stream=True)
+            self.metrics.upstream(route, time.perf_counter() - started, answer.status_code)
+            return answer
+
         try:
-            upstream = await http.send(upstream_request, stream=True)
-        except httpx.TimeoutException as exc:
-            logger.warning("upstream %s timed out: %s", shown, type(exc).__name__)
-            return error_response(504, f"upstream {shown} timed out: {type(exc).__name__}", report)
+            upstream = await send(upstream_request)
         except httpx.HTTPError as exc:
-            logger.warning("upstream %s unreachable: %s", shown, type(exc).__name__)
-            logger.debug("upstream %s detail: %.500s", shown, exc)
-            return error_response(
-                502, f"upstream unreachable: {type(exc).__name__} at {shown}", report
-            )
+            return self._unreachable(seen, shown, exc, report)
 
         async def resend(body: bytes) -> httpx.Response:
-            again = http.build_request(request.method, url, headers=headers, content=body)
-            return await http.send(again, stream=True)
+            return await send(
+                http.build_request(request.method, url, headers=headers, content=body)
+            )
 
+        seen.outcome = report.action if report is not None else "forwarded"
         if recall is not None and report is not None:
             return await recall.respond(upstream, resend, provider, content, report, shown)
         chunks = None
         if self.retry is not None and report is not None:
             answer = await self.retry.answer(upstream, provider, content, report, resend)
             upstream, report, chunks = answer.upstream, answer.report, answer.chunks
+            seen.report = report
+            seen.outcome = report.action if report is not None else seen.outcome
         drop = DROP_RESPONSE if chunks is None else DROP_RESPONSE | {"content-encoding"}
         response_headers = {k: v for k, v in upstream.headers.items() if k.lower() not in drop}
         if report is not None:
             response_headers[REPORT_HEADER] = report.header()
         return Relay(upstream, shown, response_headers, chunks)
 
+    def _unreachable(
+        self, seen: Observation, shown: str, exc: httpx.HTTPError, report: RewriteReport | None
+    ) -> Response:
+        """The proxy's own 504 (the upstream timed out) or 502 (it could not be reached)."""
+        seen.outcome = "upstream_error"
+        seen.error_type = type(exc).__name__
+        if isinstance(exc, httpx.TimeoutException):
+            self.metrics.upstream_failed("upstream_timeout")
+            logger.warning("upstream %s timed out: %s", shown, type(exc).__name__)
+            return error_response(504, f"upstream {shown} timed out: {type(exc).__name__}", report)
+        self.metrics.upstream_failed("upstream_unreachable")
+        logger.warning("upstream %s unreachable: %s", shown, type(exc).__name__)
+        logger.debug("upstream %s detail: %.500s", shown, exc)
+        return error_response(502, f"upstream unreachable: {type(exc).__name__} at {shown}", report)
+
 
 _ANY_METHOD = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]
+_ROUTES = {"openai": "chat_completions", "anthropic": "messages", "responses": "responses"}
 
 
 def build_app(
@@ -381,6 +447,8 @@ def build_app(
     recall: Recall | None = None,
     owned_store: object | None = None,
     owned_models: Sequence[object] = (),
+    store: object | None = None,
+    metrics: ProxyMetrics | None = None,
 ) -> Starlette:
     """An ASGI app that compacts chat requests and forwards everything to the upstreams:
     :meth:`ProxyApp.asgi` (see :class:`ProxyApp` for the arguments)."""
@@ -392,4 +460,6 @@ def build_app(
         recall=recall,
         owned_store=owned_store,
         owned_models=owned_models,
+        store=store,
+        metrics=metrics,
     ).asgi()

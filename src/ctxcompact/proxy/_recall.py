@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 import httpx
 from starlette.responses import JSONResponse, Response
 
+from .._contract.tools import ERROR_PREFIX
 from ..store._recall import (
     RECALL_TOOL_NAME,
     execute_recall,
@@ -67,6 +68,9 @@ class Recall:
     def __init__(self, store: OriginalsStore, *, max_rounds: int = MAX_RECALL_ROUNDS) -> None:
         self.store = store
         self.max_rounds = max_rounds
+        self.on_answered: Callable[[int, int], object] | None = None
+        """Told how many calls each round answered and how many found their original (the
+        proxy's metrics)."""
 
     def offer(self, body: Body, provider: str) -> Body:
         """``body`` with the recall tool added to its ``tools`` (once)."""
@@ -79,7 +83,13 @@ class Recall:
 
     def run(self, calls: list[tuple[str, Any]], namespace: str) -> list[tuple[str, str]]:
         """Each call's id and the text of its result."""
-        return [(cid, execute_recall(self.store, args, namespace=namespace)) for cid, args in calls]
+        results = [
+            (cid, execute_recall(self.store, args, namespace=namespace)) for cid, args in calls
+        ]
+        if self.on_answered is not None:
+            found = sum(1 for _, text in results if not text.startswith(ERROR_PREFIX))
+            self.on_answered(len(results), found)
+        return results
 
     async def answer(self, calls: list[tuple[str, Any]], namespace: str) -> list[tuple[str, str]]:
         """:meth:`run` in a worker thread: a recall reads the store and scans a whole result

@@ -12,7 +12,7 @@ import logging
 
 import httpx
 
-__all__ = ["QuerylessAccessLog", "display_url", "shown_path"]
+__all__ = ["QuerylessAccessLog", "display_url", "shown_path", "shown_store"]
 
 MAX_SHOWN = 200
 """Longest path (or URL) a log line or an error shows; a longer one is cut and says so."""
@@ -53,6 +53,32 @@ def display_url(url: str) -> str:
         return _bounded(str(httpx.URL(url).copy_with(userinfo=b"", query=None, fragment=None)))
     except (httpx.InvalidURL, ValueError):
         return "(invalid URL)"
+
+
+def shown_store(store: object) -> str:
+    """Which store the proxy uses, as its start-up line says it: no credentials.
+
+    A store with a ``url`` (a server's) is shown by :func:`display_url`; the built-in ones
+    by kind and file.
+
+    Example:
+        >>> from ctxcompact.store import MemoryStore
+        >>> shown_store(None), shown_store(MemoryStore())
+        ('none', 'in memory (this process only)')
+    """
+    # Deferred: the store package is only needed when the proxy names one.
+    from ..store import MemoryStore, SQLiteStore
+
+    if store is None:
+        return "none"
+    url = getattr(store, "url", None)
+    if isinstance(url, str):
+        return display_url(url)
+    if isinstance(store, SQLiteStore):
+        return f"SQLite {shown_path(str(store.path))}"
+    if isinstance(store, MemoryStore):
+        return "in memory (this process only)"
+    return type(store).__name__
 
 
 class QuerylessAccessLog(logging.Filter):

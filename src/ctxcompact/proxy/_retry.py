@@ -11,7 +11,8 @@ and sent again: at most twice. The window is the one the error states
 (:func:`~ctxcompact.parse_context_error`), else the model table's
 (:func:`~ctxcompact.context_window` with ``[models]``), else ``[compaction]
 max_context_size``. Whatever the last answer is, the client gets it, with ``retried=N;
-window=W`` in the ``x-ctxcompact`` header. Only sizes and statuses are logged.
+window=W`` in the ``x-ctxcompact`` header, ``action=compacted`` and the counts of the request
+finally sent. Only sizes and statuses are logged.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from .._history.validate import check_history
 from .._tokens.windows import parse_context_error, says_context_too_long
 from ..strategies._guard import ContextGuard
 from ._json import BodyError, parse_body
-from ._rewrite import RewriteReport, codec, dumps, max_output_tokens
+from ._rewrite import RewriteReport, codec, dumps, max_output_tokens, over_window
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable, Callable
@@ -154,7 +155,7 @@ class ContextRetry:
             cut = await self._cut(provider, body, int(window * fraction))
             if cut is None:
                 continue
-            new_body, tokens, messages = cut
+            new_body, tokens, messages, received = cut
             logger.info(
                 "upstream said the prompt is too long (%d); retrying at %d%% of a %d-token "
                 "window: %d tokens",
@@ -170,12 +171,19 @@ class ContextRetry:
                 break
             await upstream.aclose()
             retried += 1
+            # What was finally sent is a cut of what came: ``compacted``, with its counts
+            # (the first attempt's action said what went out first, no longer true).
             report = dataclasses.replace(
                 report,
+                action="compacted",
+                tokens_before=report.tokens_before
+                if report.tokens_before is not None
+                else received,
                 tokens_after=tokens,
                 messages_after=messages,
                 retried=retried,
                 window=window,
+                over_window=over_window(tokens, max_output_tokens(new_body), window),
             )
             upstream = again
             if upstream.status_code not in (400, 413):
@@ -187,18 +195,21 @@ class ContextRetry:
             body = new_body
         return Answer(upstream, report, _replay(head, rest))
 
-    async def _cut(self, provider: str, body: Body, budget: int) -> tuple[Body, int, int] | None:
-        """``body`` with its history cut to ``budget`` tokens, its token and message counts;
-        ``None`` when the guard cannot or need not cut it."""
+    async def _cut(
+        self, provider: str, body: Body, budget: int
+    ) -> tuple[Body, int, int, int] | None:
+        """``body`` with its history cut to ``budget`` tokens, its token and message counts
+        and the token count of ``body``; ``None`` when the guard cannot or need not cut it."""
         found = codec(provider, body)
         if isinstance(found, Problem) or budget < 1:
             return None
         decode, encode = found
         try:
             history = decode()
+            count = self.counter.count(history)
             ctx = CompactionContext(
                 history=tuple(history),
-                token_count=self.counter.count(history),
+                token_count=count,
                 max_context_size=budget,
                 reserved_context_size=0,
                 token_counter=self.counter,
@@ -207,7 +218,7 @@ class ContextRetry:
             output = await ContextGuard(context_window=budget, reserve_tokens=0).compact(ctx)
             if output is None or check_history(output):
                 return None
-            return encode(output), self.counter.count(output), len(output)
+            return encode(output), self.counter.count(output), len(output), count
         except Exception as exc:  # a budget nothing fits, a format that cannot say it
             logger.info("retry cut to %d tokens not possible: %s", budget, type(exc).__name__)
             return None

@@ -18,6 +18,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from .._history.validate import check_history
+from ..store._async import find_summary, put_summary
 from ..store._records import message_key
 
 if TYPE_CHECKING:
@@ -47,7 +48,7 @@ def prefix_keys(messages: Sequence[Message]) -> list[str]:
     return keys
 
 
-def reuse_rewrites(
+async def reuse_rewrites(
     store: OriginalsStore, namespace: str, history: Sequence[Message]
 ) -> tuple[list[Message], int]:
     """``history`` with the kept rewrite of its longest kept prefix put in its place.
@@ -57,7 +58,7 @@ def reuse_rewrites(
     problems than the history had, leaves the history as it was.
     """
     try:
-        found = _longest(store, namespace, history)
+        found = await _longest(store, namespace, history)
     except Exception as exc:  # the store failing must not fail the request
         logger.warning("proxy: reading kept summaries failed: %s", type(exc).__name__)
         return list(history), 0
@@ -75,18 +76,20 @@ def reuse_rewrites(
     return candidate, end
 
 
-def _longest(
+async def _longest(
     store: OriginalsStore, namespace: str, history: Sequence[Message]
 ) -> tuple[int, tuple[Message, ...]] | None:
+    """The longest prefix with a kept rewrite: its length and the rewrite. A network store
+    is asked once for all the prefixes (:func:`~ctxcompact.store._async.find_summary`)."""
     keys = prefix_keys(history)
-    for end in range(len(keys), 0, -1):
-        rewrite = store.get_summary(namespace, keys[end - 1])
-        if rewrite is not None:
-            return end, rewrite
-    return None
+    found = await find_summary(store, namespace, keys[::-1])
+    if found is None:
+        return None
+    index, rewrite = found
+    return len(keys) - index, rewrite
 
 
-def remember_rewrite(
+async def remember_rewrite(
     store: OriginalsStore,
     namespace: str,
     received: Sequence[Message],
@@ -113,7 +116,7 @@ def remember_rewrite(
         return False
     rewrite = after[: len(after) - tail]
     try:
-        store.put_summary(namespace, prefix_keys(replaced)[-1], rewrite)
+        await put_summary(store, namespace, prefix_keys(replaced)[-1], rewrite)
     except Exception as exc:
         logger.warning("proxy: keeping a summary failed: %s", type(exc).__name__)
         return False

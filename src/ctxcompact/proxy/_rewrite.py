@@ -19,6 +19,7 @@ from .._controller.problems import Problem
 from .._controller.state import ControllerState
 from .._formats.anthropic import from_anthropic, to_anthropic
 from .._formats.openai_chat import from_openai, to_openai
+from .._history.messages import Message
 from ._responses import responses_codec
 from ._reuse import remember_rewrite, reuse_rewrites
 
@@ -26,11 +27,20 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
     from .._controller.controller import CompactionController
-    from .._history.messages import Message
+    from .._controller.events import CompactionEvent
+    from .._tokens.counters import TokenCounter
     from ._recall import Recall
     from ._windows import ModelWindows
 
-__all__ = ["Codec", "RewriteReport", "Rewriter", "codec", "max_output_tokens"]
+__all__ = [
+    "Codec",
+    "RewriteReport",
+    "Rewriter",
+    "codec",
+    "max_output_tokens",
+    "over_window",
+    "raw_count",
+]
 
 logger = logging.getLogger("ctxcompact.proxy")
 
@@ -50,13 +60,19 @@ class RewriteReport:
             raised, produced an invalid history or one the format cannot express: forwarded
             without its changes).
         strategy: The strategy's class name.
-        tokens_before: Estimated prompt tokens of the request as received.
+        tokens_before: Estimated prompt tokens of the request as received (``None`` when
+            the proxy could not read its history: the header then says ``tokens=unknown``).
         tokens_after: Estimated prompt tokens of the request as forwarded.
+        messages_before: Messages of the request as received: its history as the proxy reads
+            it (an Anthropic ``system`` or a Responses ``instructions`` is one message), else
+            the length of its raw ``messages`` or ``input`` list.
+        messages_after: Messages of the request as forwarded.
         problems: What went wrong, as fields (:class:`~ctxcompact.Problem`): why nothing was
             done (``skipped``, ``failed``), and any transform that raised and was skipped
             (the other transforms still applied). The header shows their fields only.
-        retried: How many times the request was compacted and sent again after the upstream
-            answered that it was over the context window (:mod:`._retry`).
+        retried: How many times the request was cut and sent again after the upstream
+            answered that it was over the context window (:mod:`._retry`); the action is then
+            ``compacted`` and the counts are those of the request finally sent.
         window: The window those retries compacted against.
         summarizer: In the header as ``summarizer=unavailable`` or ``summarizer=failed``.
 
@@ -67,8 +83,8 @@ class RewriteReport:
 
     action: str
     strategy: str | None
-    tokens_before: int
-    tokens_after: int
+    tokens_before: int | None
+    tokens_after: int | None
     messages_before: int
     messages_after: int
     problems: tuple[Problem, ...] = ()
@@ -80,6 +96,12 @@ class RewriteReport:
     """``unavailable`` when the summarizer's circuit breaker refused a call (the request went
     without the summary, the cheaper tiers applied), ``failed`` when a call failed as in an
     outage (:attr:`ctxcompact.CompactionEvent.summarizer`)."""
+    over_window: int | None = None
+    """The window the request as forwarded is still estimated over (its tokens plus its
+    ``max_tokens``), when it is: the header says ``over_window=W``. ``None`` when it fits or
+    no window applies."""
+    compaction: CompactionEvent | None = None
+    """The compaction event, when the trigger fired (for the metrics; not a header)."""
 
     @property
     def error(self) -> str | None:
@@ -100,12 +122,19 @@ class RewriteReport:
             >>> header.split("; ")[-1]
             'error=strategy raised RuntimeError'
         """
+        tokens = (
+            f"{self.tokens_before}->{self.tokens_after}"
+            if self.tokens_before is not None and self.tokens_after is not None
+            else "unknown"
+        )
         parts = [
             f"action={self.action}",
             f"strategy={self.strategy}",
-            f"tokens={self.tokens_before}->{self.tokens_after}",
+            f"tokens={tokens}",
             f"messages={self.messages_before}->{self.messages_after}",
         ]
+        if self.over_window is not None:
+            parts.append(f"over_window={self.over_window}")
         if self.problems:
             shown = "; ".join(dict.fromkeys(p.shown for p in self.problems))
             # Header values must be one line of visible ASCII.
@@ -157,6 +186,12 @@ class Rewriter:
         self.recall = recall
         self.strategy = shared.strategy
         """The triggered strategy (every window's controller shares it)."""
+        counter = controller.token_counter if controller is not None else None
+        if counter is None and per_model is not None:
+            counter = per_model.counter
+        assert counter is not None  # one or the other, checked above
+        self.counter: TokenCounter = counter
+        """Counts the requests it forwards unchanged (``skipped``) too."""
         self.reuse_summaries = reuse_summaries and shared.store is not None
 
     @property
@@ -200,12 +235,12 @@ class Rewriter:
         self, body: Body, found: Codec | Problem, provider: str, caller: str | None
     ) -> tuple[Body | None, RewriteReport]:
         if isinstance(found, Problem):
-            return None, self._skipped(found)
+            return None, self._skipped(found, provider, body)
         decode, encode = found
         if self.per_model is not None:
             chosen = self.per_model(body.get("model"))
             if isinstance(chosen, Problem):
-                return None, self._skipped(chosen)
+                return None, self._skipped(chosen, provider, body, decode)
             controller = chosen
         else:
             assert self.controller is not None  # __init__: one or the other
@@ -215,7 +250,8 @@ class Rewriter:
         try:
             history = decode()
         except ValueError as exc:  # FormatError: let the upstream answer the malformed request
-            return None, self._skipped(Problem.raised("unreadable_messages", exc))
+            unreadable = Problem.raised("unreadable_messages", exc)
+            return None, self._skipped(unreadable, provider, body)
         counter = controller.token_counter
         store = controller.store
         namespace = caller if caller is not None else controller.store_namespace
@@ -223,7 +259,7 @@ class Rewriter:
         state = ControllerState(namespace=namespace if store is not None else None)
         received, reused = history, 0
         if self.reuse_summaries and store is not None:
-            history, reused = reuse_rewrites(store, namespace, history)
+            history, reused = await reuse_rewrites(store, namespace, history)
             state.produced.add(received, history)  # kept summaries are not originals
         before = controller.token_count(history, state=state)  # step() reuses this count
         if reused:
@@ -246,14 +282,24 @@ class Rewriter:
         if failed and event is not None:
             problems += event.problems
         if step.compacted and self.reuse_summaries and store is not None:
-            remember_rewrite(store, namespace, received, reused, history, step.history)
+            await remember_rewrite(store, namespace, received, reused, history, step.history)
         request: Sequence[Message] = step.request
         history = received
         n = len(history)
+        window = controller.max_context_size
         if not _differs(request, history):
             action = "failed" if failed else "unchanged"
             return None, RewriteReport(
-                action, name, before, before, n, n, tuple(problems), summarizer=summarizer
+                action,
+                name,
+                before,
+                before,
+                n,
+                n,
+                tuple(problems),
+                summarizer=summarizer,
+                over_window=over_window(before, max_tokens, window),
+                compaction=event,
             )
         try:
             new_body = encode(request)
@@ -263,7 +309,16 @@ class Rewriter:
             problems.append(Problem.raised("cannot_encode", exc, source=name))
             logger.warning("proxy: %s's output cannot be sent in this format", name)
             return None, RewriteReport(
-                "failed", name, before, before, n, n, tuple(problems), summarizer=summarizer
+                "failed",
+                name,
+                before,
+                before,
+                n,
+                n,
+                tuple(problems),
+                summarizer=summarizer,
+                over_window=over_window(before, max_tokens, window),
+                compaction=event,
             )
         compacted = step.compacted or reused
         action = "compacted" if compacted else "failed" if failed else "transformed"
@@ -286,10 +341,66 @@ class Rewriter:
             tuple(problems),
             recall_namespace=namespace if offered else None,
             summarizer=summarizer,
+            over_window=over_window(after, max_tokens, window),
+            compaction=event,
         )
 
-    def _skipped(self, why: Problem) -> RewriteReport:
-        return RewriteReport("skipped", self.strategy_name, 0, 0, 0, 0, (why,))
+    def _skipped(
+        self,
+        why: Problem,
+        provider: str,
+        body: Body,
+        decode: Callable[[], list[Message]] | None = None,
+    ) -> RewriteReport:
+        """The report of a request forwarded as received: its real counts, when it can be
+        read (the tokens are ``None`` when it cannot)."""
+        history: list[Message] | None = None
+        try:
+            history = decode() if decode is not None else _unframed(provider, body)
+        except ValueError:  # FormatError: the upstream will say what is wrong with it
+            history = None
+        name = self.strategy_name
+        if history is None:
+            n = raw_count(provider, body)
+            tokens = 0 if n == 0 else None
+            return RewriteReport("skipped", name, tokens, tokens, n, n, (why,))
+        tokens = self.counter.count(history)
+        n = len(history)
+        return RewriteReport("skipped", name, tokens, tokens, n, n, (why,))
+
+
+def over_window(tokens: int, max_output: int | None, window: int) -> int | None:
+    """``window`` when ``tokens`` and the answer budget do not fit in it, else ``None``.
+
+    Example:
+        >>> over_window(900, 200, 1000), over_window(900, None, 1000)
+        (1000, None)
+    """
+    return window if tokens + (max_output or 0) > window else None
+
+
+def raw_count(provider: str, body: Body) -> int:
+    """The length of the body's raw ``messages`` (``input`` for Responses) list: what a
+    report says of a body whose history cannot be read (a string ``input`` is one).
+
+    Example:
+        >>> raw_count("responses", {"input": "hi"}), raw_count("openai", {"messages": 3})
+        (1, 0)
+    """
+    raw = body.get("input" if provider == "responses" else "messages")
+    if isinstance(raw, list):
+        return len(raw)
+    return 1 if provider == "responses" and isinstance(raw, str) else 0
+
+
+def _unframed(provider: str, body: Body) -> list[Message] | None:
+    """The history of a body the codec declines (a Responses string ``input``), or ``None``."""
+    text = body.get("input")
+    if provider != "responses" or not isinstance(text, str):
+        return None
+    instructions = body.get("instructions")
+    head = [Message.system(instructions)] if isinstance(instructions, str) else []
+    return [*head, Message.user(text)]
 
 
 Codec: TypeAlias = "tuple[Callable[[], list[Message]], Callable[[Sequence[Message]], Body]]"

@@ -21,6 +21,7 @@ from ..exceptions import ConfigError
 if TYPE_CHECKING:
     from .._contract.protocols import CompactionStrategy
     from .._controller.controller import CompactionController
+    from .._tokens.counters import TokenCounter
     from .._wiring import Wiring
     from ..store._records import OriginalsStore
 
@@ -65,6 +66,11 @@ class ModelWindows:
     def strategy(self) -> CompactionStrategy:
         """The strategy every window's controller runs."""
         return self.wiring.strategy
+
+    @property
+    def counter(self) -> TokenCounter:
+        """The token counter every window's controller counts with."""
+        return self.wiring.counter
 
     @property
     def store(self) -> OriginalsStore | None:

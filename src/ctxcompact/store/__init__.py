@@ -6,9 +6,11 @@ cut to head and tail, messages dropped or summarised away) can be kept in an
 
 * :func:`removed_originals` compares a history before and after a rewrite and says what went,
   where and how; :func:`record_removed` stores it.
-* :class:`MemoryStore` (one process) and :class:`SQLiteStore` (a file several processes share,
-  kept across restarts) are built in; both are bounded in bytes and evict the least recently
-  stored first. Records live in namespaces (the proxy uses :func:`credential_namespace`).
+* :class:`MemoryStore` (one process), :class:`SQLiteStore` (a file several processes share,
+  kept across restarts) and :class:`RedisStore` (a Redis server that processes on several
+  machines share; the ``redis`` extra) are built in; all are bounded in bytes and evict the
+  least recently stored first. Records live in namespaces (the proxy uses
+  :func:`credential_namespace`).
 * :func:`recall_tool` gives the model ``recall_tool_result`` to page through a removed result
   (``offset``/``limit``) or grep it (``pattern``); :func:`execute_recall` and the tool specs
   serve other loops, and :func:`recall_placeholder` writes the text that tells the model how.
@@ -16,23 +18,9 @@ cut to head and tail, messages dropped or summarised away) can be kept in an
   computed once per conversation (``put_summary``/``get_summary``).
 
 Other backends: :class:`OriginalsStore` is a ``runtime_checkable`` Protocol of four methods,
-the extension point for Redis or Postgres. A sketch with redis-py::
-
-    class RedisStore:
-        def __init__(self, client): self.r = client
-        def put(self, *records):
-            pipe = self.r.pipeline()
-            for rec in records:
-                key = f"ctxc:{rec.namespace}:{rec.tool_call_id}"
-                pipe.hset(key, f"{rec.position}:{rec.content_hash}", json.dumps(asdict(rec)))
-            pipe.execute()
-        def get(self, namespace, tool_call_id, *, position=None):
-            rows = [StoredOriginal(**json.loads(v)) for v in
-                    self.r.hvals(f"ctxc:{namespace}:{tool_call_id}")]
-            exact = [r for r in rows if r.position == position]
-            return max(exact or rows, key=lambda r: r.created_at, default=None)
-        def put_summary(self, namespace, key, messages): ...
-        def get_summary(self, namespace, key): ...
+the extension point for Postgres or anything else. A store across the network also offers
+them awaitable (:class:`AsyncOriginalsStore`, as :class:`RedisStore` does), so that the
+controller and the proxy await it instead of blocking their event loop.
 
 Failures raise :class:`~ctxcompact.exceptions.StoreError` (``record_removed`` wraps whatever a
 third-party store raises), so a caller can report one error type and carry on.
@@ -53,6 +41,7 @@ Example:
 from __future__ import annotations
 
 from ..exceptions import StoreError
+from ._async import AsyncOriginalsStore, is_async_store
 from ._memory import DEFAULT_MAX_BYTES, MemoryStore
 from ._recall import (
     DEFAULT_RECALL_LINES,
@@ -75,6 +64,7 @@ from ._records import (
     message_key,
     summary_key,
 )
+from ._redis import RedisStore
 from ._removed import Removal, record_removed, removed_originals
 from ._sqlite import SCHEMA_VERSION, SQLiteStore
 
@@ -87,8 +77,10 @@ __all__ = [
     "RECALL_TOOL_NAME",
     "REMOVAL_KINDS",
     "SCHEMA_VERSION",
+    "AsyncOriginalsStore",
     "MemoryStore",
     "OriginalsStore",
+    "RedisStore",
     "Removal",
     "RemovalKind",
     "SQLiteStore",
@@ -96,6 +88,7 @@ __all__ = [
     "StoredOriginal",
     "credential_namespace",
     "execute_recall",
+    "is_async_store",
     "message_key",
     "recall_placeholder",
     "recall_tool",
