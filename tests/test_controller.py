@@ -393,6 +393,102 @@ async def test_a_small_saving_that_fits_never_holds_back_the_next_needed_run() -
     assert len(strategy.calls) == 5
 
 
+# -- weighing a rewrite the window does not need against the cache it breaks ----------------------
+
+
+REWRITE_PRICING = CompactionController(keep_last(1), max_context_size=100_000).cache_pricing
+"""The controller's default cache prices (reads 0.1, writes 1.25)."""
+
+
+def chat(turns: int) -> list[Message]:
+    """``turns`` user/assistant pairs: 10 tokens a message with :class:`Fixed`."""
+    return [m for i in range(turns) for m in (user(f"q{i}"), assistant(f"a{i}"))]
+
+
+async def test_an_optional_rewrite_that_does_not_pay_back_the_cache_is_a_noop() -> None:
+    # max_messages fires with room to spare: the rewrite is optional. keep_last(6) of 8
+    # messages frees 20 tokens a call but changes the first message, so the next call
+    # re-bills all 60 kept tokens at the write price: 0.1 x 20 x 2 calls < 1.15 x 60.
+    history = chat(4)
+    controller, events = make(
+        keep_last(6), max_context_size=1000, reserved_context_size=100, max_messages=5
+    )
+    controller.cache_pricing = REWRITE_PRICING
+    controller.observe_usage(None, history)  # the provider has seen (and cached) it
+    result = await controller.compact(history)
+    assert result.history is history
+    assert events[-1].status == "noop"
+    assert [p.kind for p in events[-1].problems] == ["no_payback"]
+    assert "re-bills 60" in str(events[-1].problems[0])
+    # With weighing off, or before any call (nothing cached to break), the rewrite is kept.
+    assert (await controller.compact(history)).history is history  # waits for growth
+    assert events[-1].status == "skipped"
+    controller.cache_pricing = None
+    controller.reset()
+    assert len((await controller.compact(history)).history) == 6
+    fresh, events = make(
+        keep_last(6), max_context_size=1000, reserved_context_size=100, max_messages=5
+    )
+    fresh.cache_pricing = REWRITE_PRICING
+    assert len((await fresh.compact(history)).history) == 6
+    assert events[-1].status == "compacted"
+
+
+async def test_an_optional_rewrite_that_pays_back_is_kept() -> None:
+    # Only the newest message changes (4,000 characters to 5): nothing before it is
+    # re-billed, and what it frees is saved at every call to come.
+    history = [user("task"), assistant("ok"), user("x" * 4_000)]
+    shorten = FunctionStrategy(lambda ctx: [*ctx.history[:-1], user("short")])
+    controller, events = make(
+        shorten,
+        token_counter=HeuristicTokenCounter(),
+        max_context_size=100_000,
+        reserved_context_size=100,
+        max_messages=2,
+    )
+    controller.cache_pricing = REWRITE_PRICING
+    controller.observe_usage(None, history)
+    result = await controller.compact(history)
+    assert events[-1].status == "compacted", events[-1]
+    assert result.history[-1].content == "short"
+
+
+async def test_a_rewrite_the_window_needs_is_kept_whatever_it_re_bills() -> None:
+    # 8 messages + 20 reserved reach the 100-token window: keep_last(2) brings the history
+    # to 20 tokens. Weighed, it would not pay back (0.1 x 60 x 2 < 1.15 x 20), but the
+    # next call does not fit without it.
+    history = chat(4)
+    controller, events = make(keep_last(2))
+    controller.cache_pricing = REWRITE_PRICING
+    controller.observe_usage(None, history)
+    assert len((await controller.compact(history)).history) == 2
+    assert events[-1].status == "compacted"
+
+
+def test_cache_pricing_names_a_price_table_or_off(tmp_path: Path) -> None:
+    def prices(value: object) -> object:
+        return Config.from_dict({"compaction": {"cache_pricing": value}}).cache_prices()
+
+    assert prices("off") is None
+    assert REWRITE_PRICING is not None
+    assert (REWRITE_PRICING.read, REWRITE_PRICING.write) == (0.1, 1.25)
+    assert Config.from_dict({}).cache_prices() == REWRITE_PRICING
+    anthropic = prices("anthropic")
+    assert anthropic is not None
+    assert anthropic.write > anthropic.read
+    with pytest.raises(ConfigError) as info:
+        prices("cheapest")
+    assert info.value.key == "compaction.cache_pricing"
+    assert "flat" in str(info.value)
+    path = tmp_path / "c.toml"
+    path.write_text(
+        "[compaction]\nmax_context_size = 100000\nreserved_context_size = 1000\n"
+        'strategy = "tiered"\ncache_pricing = "off"\n',
+        encoding="utf-8",
+    )
+    assert wire(path).cache_pricing is None
+
+
 async def test_circuit_opens_after_consecutive_failures_and_force_still_runs() -> None:
     llm = ScriptedLLM()
     attempts: list[int] = []
