@@ -76,7 +76,11 @@ def at_threshold(*steps: Callable[[], object]) -> Build:
 
 
 def mask(placeholder: str = "[masked]", **kw: Any) -> Callable[[], object]:
-    return lambda: Schema1Masking(window_turns=KEEP, placeholder_template=placeholder, **kw)
+    # Seed 001's behaviour unless told otherwise: every run may mask, the boundary moving
+    # every turn (the strategy's own defaults now batch by its window, and mask only what
+    # does not fit).
+    options = {"batch_turns": 0, "always": True, **kw}
+    return lambda: Schema1Masking(window_turns=KEEP, placeholder_template=placeholder, **options)
 
 
 def hide(**kw: Any) -> Callable[[], object]:
