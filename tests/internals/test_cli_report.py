@@ -119,16 +119,18 @@ def test_advice_names_a_setting_of_that_strategy(label: str, expected: str) -> N
 def test_a_real_losing_trace_gets_the_loss_and_the_advice(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    # Schema 1 with its defaults costs more than no compaction on this mini-swe-agent trace.
+    # Schema 1 moving its boundary at every turn (its default before issue 21) costs more
+    # than no compaction on this mini-swe-agent trace.
     trace = TRACES_DIR / "msa-gemini3pro__astropy__astropy-12907.json"
-    assert main(["replay", str(trace), "--strategy", "schema1-masking", "--no-progress"]) == 0
+    every_turn = ["--strategy", "schema1-masking", "--param", "batch_turns=0"]
+    assert main(["replay", str(trace), *every_turn, "--no-progress"]) == 0
     text = capsys.readouterr().out
     cost = re.search(r"cost, cache-adjusted .*\((\d+\.\d)% of no compaction, LOSS\)", text)
     assert cost, text
     assert float(cost[1]) > 100
     assert "try: rewrite old results in batches" in text
     # And the advice holds: with it, the same trace costs less.
-    assert main(["replay", str(trace), "--strategy", "schema1-masking", "--no-progress",
+    assert main(["replay", str(trace), *every_turn, "--no-progress",
                  "--param", "clear_at_least=4000"]) == 0  # fmt: skip
     after = re.search(
         r"cost, cache-adjusted .*\((\d+\.\d)% of no compaction", capsys.readouterr().out
