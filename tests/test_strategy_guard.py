@@ -719,3 +719,13 @@ def test_a_drop_batch_below_one_is_a_config_error() -> None:
     with pytest.raises(ConfigError) as info:
         ContextGuard(drop_batch=0)
     assert info.value.key == "drop_batch"
+
+
+def test_per_request_it_drops_oldest_in_batches_of_8_triggered_by_relevance_one_at_a_time() -> None:
+    # Per request the guard rebuilds each request from the whole history: only a fixed order
+    # and batches keep the cached prefix in place (drop_batch=1 cost more than no compaction).
+    per_request, triggered = ContextGuard(context_window=16_000), ContextGuard()
+    assert (per_request.drop_order(), per_request.batch_size()) == ("oldest", 8)
+    assert (triggered.drop_order(), triggered.batch_size()) == ("relevance", 1)
+    chosen = ContextGuard(context_window=16_000, drop="relevance", drop_batch=2)
+    assert (chosen.drop_order(), chosen.batch_size()) == ("relevance", 2)
