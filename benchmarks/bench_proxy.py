@@ -7,8 +7,9 @@ sends the same request straight to the upstream and through the proxy, alternati
 prints p50/p99 of both, of the difference, and their ratio: once with a window so large that
 nothing is rewritten (the proxy's own cost: parse, count, decide, forward, relay) and once
 with a 16,000-token window where every request is compacted and masked (the cost of a
-rewrite). Then requests per second through the proxy with 16 concurrent clients. Bounded: a
-fixed number of requests, loopback only.
+rewrite), without a store and then with the store the proxy keeps by default (a SQLite
+file; here in a temporary folder, not your cache folder). Then requests per second through
+the proxy with 16 concurrent clients. Bounded: a fixed number of requests, loopback only.
 
     .venv/bin/python benchmarks/bench_proxy.py [--quick]
 """
@@ -21,6 +22,7 @@ import json
 import multiprocessing as mp
 import statistics
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -120,8 +122,9 @@ async def throughput(url: str, body: bytes, total: int, concurrency: int = 16) -
         return total / (time.perf_counter() - t0)
 
 
-def _write_config(path: Path, upstream: str, *, window: int) -> None:
+def _write_config(path: Path, upstream: str, *, window: int, store: Path | None) -> None:
     rewrite = window < 10_000_000  # the small window: masking on, and the trigger fires
+    table = f'path = "{store}"' if store is not None else "enabled = false"
     path.write_text(
         "[compaction]\n"
         'strategy = "tool-result-hiding"\n'
@@ -131,7 +134,8 @@ def _write_config(path: Path, upstream: str, *, window: int) -> None:
         f"enabled = {'true' if rewrite else 'false'}\n"
         "[proxy]\n"
         f'openai_base_url = "{upstream}/v1"\n'
-        f'anthropic_base_url = "{upstream}"\n',
+        f'anthropic_base_url = "{upstream}"\n'
+        f"[store]\n{table}\n",
         encoding="utf-8",
     )
 
@@ -148,12 +152,14 @@ def main() -> None:
     up.start()
     try:
         _wait(f"{upstream}/v1/models")
-        for label, window in (
-            ("nothing rewritten", 10_000_000),
-            ("every request rewritten", 16_000),
+        folder = Path(tempfile.mkdtemp(prefix="bench_proxy_"))
+        for label, window, store in (
+            ("nothing rewritten, no store", 10_000_000, None),
+            ("every request rewritten, no store", 16_000, None),
+            ("every request rewritten, the default store", 16_000, folder / "originals.db"),
         ):
             config = Path(__file__).with_name(".bench_proxy.toml")
-            _write_config(config, upstream, window=window)
+            _write_config(config, upstream, window=window, store=store)
             proxy_port = free_port()
             proxy = f"http://127.0.0.1:{proxy_port}"
             proc = ctx.Process(target=_run_proxy, args=(str(config), proxy_port), daemon=True)

@@ -156,6 +156,8 @@ def write_config(path: Path, upstream: str, store: str, max_bytes: int | None, r
         table.append(f'path = "{path.with_suffix(".db")}"')
     elif store == "redis":
         table.append(f'url = "{redis}"')
+    else:  # the proxy's default is a file in the cache folder: memory is asked for by name
+        table.append('path = ":memory:"')
     if max_bytes is not None:
         table.append(f"max_bytes = {max_bytes}")
     path.write_text(

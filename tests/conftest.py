@@ -35,3 +35,12 @@ def _restore_ctxcompact_logging() -> object:
     yield
     logger.setLevel(level)
     logger.handlers[:] = handlers
+
+
+@pytest.fixture(autouse=True)
+def _private_cache_folder(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The proxy keeps its default store in the user's cache folder: each test gets a cache
+    folder of its own, so no test writes to the real one or sees another's originals."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("cache")))

@@ -12,6 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from ctxcompact.store import default_store_path
 from tests.helpers.proxy_servers import FakeUpstream, free_port, serve_in_thread
 from tests.test_proxy import openai_history, write_config
 
@@ -170,10 +171,11 @@ def test_upstreams_and_store_on_the_command_line_need_no_config_file(tmp_path: P
     start = next(line for line in log.splitlines() if "ctxcompact proxy: OpenAI upstream" in line)
     assert f"OpenAI upstream {upstream}/v1, Anthropic upstream {upstream}," in start
     assert "strategy ToolResultHiding" in start  # the command line's default strategy
-    assert f"store SQLite {store}, recall off" in start
+    assert f"store SQLite {store} (at most 256 MiB, file 0600), recall off" in start
 
 
-def test_the_start_up_line_names_a_memory_store_and_recall(tmp_path: Path) -> None:
+def test_the_start_up_line_names_the_default_store_and_recall(tmp_path: Path) -> None:
+    # recall = true without a path: the proxy keeps the originals in its default file.
     port = free_port()
     config = tmp_path / "recall.toml"
     config.write_text(
@@ -194,7 +196,8 @@ def test_the_start_up_line_names_a_memory_store_and_recall(tmp_path: Path) -> No
     log = err.decode()
     assert "OpenAI upstream https://llm.example/v1," in log
     assert "secret" not in log
-    assert "store in memory (this process only), recall on" in log
+    store = default_store_path()
+    assert f"store SQLite {store} (at most 256 MiB, file 0600), recall on (at most 8 rounds)" in log
 
 
 def test_a_base_url_that_is_not_http_is_a_usage_error() -> None:

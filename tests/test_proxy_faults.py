@@ -29,9 +29,14 @@ from tests.helpers.proxy_servers import (
     serve_in_thread,
 )
 from tests.test_proxy import anthropic_history, openai_history, start_proxy, write_config
+from tests.test_proxy_responses import responses_items
 
 PATHS = ["plain", "recall"]
-ROUTES = {"openai": "/v1/chat/completions", "anthropic": "/v1/messages"}
+ROUTES = {
+    "openai": "/v1/chat/completions",
+    "anthropic": "/v1/messages",
+    "responses": "/v1/responses",
+}
 stream_ids = pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
 both_paths = pytest.mark.parametrize("path", PATHS)
 
@@ -55,6 +60,9 @@ def config(tmp_path: Path, url: str, path: str) -> Path:
 
 def request(provider: str, stream: bool) -> dict[str, Any]:
     """A request over the trigger: compacted, and with recall on it offers the recall tool."""
+    if provider == "responses":
+        items = responses_items(turns=4, output_chars=300)
+        return {"model": "m", "max_output_tokens": 100, "input": items, "stream": stream}
     if provider == "openai":
         messages = openai_history(turns=4, output_chars=300)
     else:
@@ -212,6 +220,32 @@ MALFORMED: dict[str, tuple[str, list[bytes]]] = {
             _delta({"tool_calls": [{"index": 0, "function": {"arguments": 7}}]}),
             _delta({"tool_calls": [{"index": 0, "function": {"arguments": '{"tool_call_id"'}}]}),
             _sse(None, "[DONE]"),
+        ],
+    ),
+    # Responses: a recall call is being held when an item comes with a non-integer index.
+    "responses-while-held": (
+        "responses",
+        [
+            _sse(
+                "response.created",
+                {"type": "response.created", "response": {"id": "r", "output": []}},
+            ),
+            _sse(
+                "response.output_item.added",
+                {
+                    "type": "response.output_item.added",
+                    "output_index": 0,
+                    "item": {"type": "function_call", "call_id": "c", "name": "recall_tool_result"},
+                },
+            ),
+            _sse(
+                "response.output_item.done",
+                {"type": "response.output_item.done", "output_index": "x", "item": {}},
+            ),
+            _sse(
+                "response.completed",
+                {"type": "response.completed", "response": {"id": "r", "output": []}},
+            ),
         ],
     ),
     "anthropic-shapes": (

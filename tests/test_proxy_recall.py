@@ -178,7 +178,7 @@ def test_anthropic_stream_is_one_message_for_the_client(
     assert "1: line 0" in results[0]["content"]
 
 
-def test_answer_mixing_recall_with_other_tools_is_passed_through(
+def test_answer_mixing_recall_with_other_tools_reaches_the_client_without_the_recall_call(
     upstream: tuple[FakeUpstream, str], tmp_path: Path
 ) -> None:
     fake, url = upstream
@@ -192,22 +192,28 @@ def test_answer_mixing_recall_with_other_tools_is_passed_through(
                 model="m", messages=messages, max_tokens=100, stream=True
             )
         )
-    assert [c.function.name for c in answer.choices[0].message.tool_calls or []] == [
-        "recall_tool_result",
-        "bash",
-    ]
+    # The client's own tool call goes through, renumbered to index 0; the recall call,
+    # which the client never offered, does not (the proxy cannot run the client's tools,
+    # and answering half of the calls would leave the others unpaired).
+    calls = answer.choices[0].message.tool_calls or []
+    assert [c.function.name for c in calls] == ["bash"]
+    assert answer.choices[0].finish_reason == "tool_calls"
     streamed = [
-        tc.function.name
+        (tc.index, tc.function.name)
         for c in chunks
         if c.choices
         for tc in c.choices[0].delta.tool_calls or []
         if tc.function and tc.function.name
     ]
-    assert streamed == ["recall_tool_result", "bash"]
+    assert streamed == [(0, "bash")]
+    assert "recall_tool_result" not in json.dumps([c.model_dump() for c in chunks])
+    assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "tool_calls"
     assert len(fake.received) == 2
 
 
-def test_recall_rounds_are_bounded(upstream: tuple[FakeUpstream, str], tmp_path: Path) -> None:
+def test_recall_rounds_are_bounded_and_the_call_never_reaches_the_client(
+    upstream: tuple[FakeUpstream, str], tmp_path: Path
+) -> None:
     fake, url = upstream
     fake.recall_ids = ["call_0"] * (MAX_RECALL_ROUNDS + 2)
     messages = openai_history(turns=4, output_chars=300)
@@ -215,9 +221,16 @@ def test_recall_rounds_are_bounded(upstream: tuple[FakeUpstream, str], tmp_path:
         answer = openai_client(proxy).chat.completions.create(
             model="m", messages=messages, max_tokens=100
         )
-    assert len(fake.received) == 1 + MAX_RECALL_ROUNDS
-    # Past the bound the answer goes to the client as it is.
-    assert answer.choices[0].message.tool_calls is not None
+    # The bound's rounds, then one closing round whose results say the budget is spent.
+    assert len(fake.received) == 1 + MAX_RECALL_ROUNDS + 1
+    sent = [r.json()["messages"][-1]["content"] for r in fake.received[1:]]
+    assert all("1: line 0" in text for text in sent[:MAX_RECALL_ROUNDS])
+    assert "recall budget is spent" in sent[-1]
+    # The model called recall again: the client gets its text, without the call.
+    message = answer.choices[0].message
+    assert message.tool_calls is None
+    assert answer.choices[0].finish_reason == "stop"
+    assert message.content == "Let me look again."
 
 
 def test_recall_tool_is_not_offered_when_nothing_was_removed(

@@ -109,6 +109,10 @@ def config_file(
         "timeout = 10\n"
         "context_window = 32000\n"
         "breaker_cooldown = 30\n"
+        # The breaker alone: no kept summaries (the proxy's default store would reuse the
+        # first request's compaction on the next ones; tests/test_proxy_summary_reuse.py).
+        "[store]\n"
+        "enabled = false\n"
         "[proxy]\n"
         f'openai_base_url = "{upstream}/v1"\n',
         encoding="utf-8",

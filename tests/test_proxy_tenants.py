@@ -147,8 +147,9 @@ def test_store_namespaces_are_distinct_per_credential_and_never_hold_the_secret(
                     body = {"model": "m", "input": to_items(body["messages"])}
                 send(proxy, route, body, SCHEMES[scheme](who))
     if route == "/v1/responses":
-        # Recall is not offered on this route (its tool shape differs).
-        assert all("tools" not in r.json() for r in fake.received)
+        # Recall is offered on this route too, in its tool shape.
+        offered = [[t.get("name") for t in r.json()["tools"]] for r in fake.received]
+        assert offered == [["recall_tool_result"]] * len(fake.received)
     with sqlite3.connect(tmp_path / "originals.db") as db:
         namespaces = [row[0] for row in db.execute("SELECT DISTINCT namespace FROM entries")]
         dump = "\n".join(db.iterdump())

@@ -42,6 +42,7 @@ from .store._sqlite import SQLiteStore
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
+    from pathlib import Path
 
     from ._config.config import LLMConfig
     from ._config.tables import TransformTable
@@ -216,6 +217,7 @@ def wire(
     agent: bool = False,
     store: OriginalsStore | None = None,
     build_store: bool = False,
+    default_store: Path | None = None,
     per_model_windows: bool = False,
     per_conversation: bool = False,
 ) -> Wiring:
@@ -239,6 +241,9 @@ def wire(
             that will use and close it ask: :meth:`Agent.from_config`,
             :meth:`CompactionController.from_config`, the proxy). Otherwise ``store`` is only
             ``store``.
+        default_store: With ``build_store``, the SQLite file to open when ``[store]`` names
+            none and does not say ``enabled = false`` (the proxy passes
+            :func:`~ctxcompact.store.default_store_path`).
         per_model_windows: When nothing names a window, build without one instead of
             failing (``max_context_size`` is then ``None``): the caller gives each
             :meth:`Wiring.controller` its model's window (the proxy).
@@ -267,9 +272,11 @@ def wire(
         if models.summarizer is None and not (dependencies and LLM in dependencies):
             require_llm(strategy, type(strategy).__name__, _where(config))
     transforms = () if window is None else tuple(build_transforms(config, window))
-    opened = build_store and store is None and config.store.enabled
+    table = config.store
+    use_default = default_store is not None and table.enabled is not False
+    opened = build_store and store is None and (table.configured or use_default)
     if opened:
-        store = open_store(config)
+        store = open_store(config, default=default_store if use_default else None)
     comp = config.compaction
     return Wiring(
         config=config,
@@ -549,9 +556,10 @@ def _transform_tables(config: Config) -> list[tuple[str, TransformTable]]:
     ]
 
 
-def open_store(config: Config) -> OriginalsStore | None:
+def open_store(config: Config, *, default: Path | None = None) -> OriginalsStore | None:
     """The store ``[store]`` describes: a :class:`RedisStore` at ``url``, a
-    :class:`SQLiteStore` at ``path`` (``~`` expanded, relative to the config file's folder), a
+    :class:`MemoryStore` for ``path = ":memory:"``, a :class:`SQLiteStore` at ``path`` (``~``
+    expanded, relative to the config file's folder), else at ``default`` when given, a
     :class:`MemoryStore` when only ``recall`` is on, else ``None``.
 
     Raises:
@@ -568,7 +576,9 @@ def open_store(config: Config) -> OriginalsStore | None:
             )
         except StoreError as exc:  # its text shows the URL without credentials
             raise ConfigError(str(exc), path=_where(config), key="store.url") from exc
-    path = table.resolved_path(config.path)
+    if table.in_memory:
+        return MemoryStore(max_bytes=table.max_bytes)
+    path = table.resolved_path(config.path) or default
     if path is None:
         return MemoryStore(max_bytes=table.max_bytes) if table.recall else None
     try:

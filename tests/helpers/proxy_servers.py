@@ -85,7 +85,8 @@ class FakeUpstream:
             answer calls it with the next of these ids (taken off the list).
         also_call: With ``recall_ids``, the answer also calls this other tool (mixed).
         follow_up_status: When set, a request carrying a recall result gets this status.
-        script: When set, every chat and messages answer is these bytes, as an SSE stream.
+        script: When set, every chat, messages and responses answer is these bytes, as an
+            SSE stream.
     """
 
     received: list[Received] = field(default_factory=list)
@@ -205,7 +206,7 @@ class FakeUpstream:
 
         async def responses(request: Request) -> Response:
             item = await record(request)
-            refused = self.refusal(item)
+            refused = self.refusal(item) or self._scripted()
             if refused is not None:
                 return refused
             body = item.json()

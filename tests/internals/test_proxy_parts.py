@@ -100,6 +100,18 @@ async def test_a_later_compaction_is_kept_under_the_received_messages_it_covers(
     assert await reuse_rewrites(store, "other", grown) == (grown, 0)
 
 
+async def test_a_compaction_kept_for_one_window_is_not_reused_for_another() -> None:
+    # White-box: the scope is how the rewriter keys kept compactions by window.
+    store = MemoryStore()
+    head = [Message.system("sys"), Message.user("go"), *_call(0), *_call(1)]
+    after = [head[0], Message.user(SUMMARY_PREFIX + "one"), *head[4:]]
+    assert await remember_rewrite(store, "ns", head, 0, head, after, scope="window=8192")
+    grown = [*head, *_call(2)]
+    assert await reuse_rewrites(store, "ns", grown, scope="window=128000") == (grown, 0)
+    assert (await reuse_rewrites(store, "ns", grown))[1] == 0
+    assert (await reuse_rewrites(store, "ns", grown, scope="window=8192"))[1] == 4
+
+
 async def test_a_kept_rewrite_that_would_break_tool_pairs_is_not_used() -> None:
     store = MemoryStore()
     history = [Message.user("go"), *_call(0), *_call(1)]

@@ -24,6 +24,7 @@ from .._defaults import (
     DEFAULT_MAX_STEPS,
     DEFAULT_MIN_PROGRESS,
     DEFAULT_RESERVED_CONTEXT_SIZE,
+    MAX_RECALL_ROUNDS,
     TRIGGER_RATIO_RANGE,
 )
 from .._plugins.loader import params_problem, spec_problem
@@ -273,6 +274,9 @@ class ProxyConfig(_Table):
     client pools (httpx 5 s, Node's undici 4 s, aiohttp 15 s, Go and Rust's reqwest 90 s,
     .NET 60 s), so the client, not the proxy, closes an idle connection: a client that sends
     on a connection the server is closing at that moment gets a ``ReadError``."""
+    max_recall_rounds: int = Field(default=MAX_RECALL_ROUNDS, ge=0)
+    """Recall rounds the proxy answers per client request (``[store] recall``); then one
+    closing round tells the model the budget is spent (0: only the closing round)."""
 
     @_field_validator("openai_base_url", "anthropic_base_url")
     @classmethod

@@ -2,7 +2,9 @@
 
 :func:`ctxcompact.wire` builds the store (:class:`~ctxcompact.store.RedisStore` for a
 ``url``, :class:`~ctxcompact.store.SQLiteStore` for a ``path``, else
-:class:`~ctxcompact.store.MemoryStore` when ``recall`` is on).
+:class:`~ctxcompact.store.MemoryStore` when ``recall`` is on); ``ctxcompact proxy`` and
+``wrap`` open their default file (:func:`~ctxcompact.store.default_store_path`) when the
+table names none, unless ``enabled = false``.
 """
 
 from __future__ import annotations
@@ -19,16 +21,26 @@ from ..store._recall import DEFAULT_RECALL_TEMPLATE, recall_placeholder
 __all__ = ["StoreConfig"]
 
 
+MEMORY_PATH = ":memory:"
+"""The ``[store] path`` that asks for an in-memory store, as SQLite spells it."""
+
+
 class StoreConfig(BaseModel):
     """``[store]``: keep what compaction removes, and let the model recall it.
 
-    Without ``path``, ``url`` and ``recall``, no store is attached. ``path`` is a SQLite file
-    (``~`` expanded, relative to the config file's folder); ``url`` a Redis server
-    (``redis://[[user]:password@]host[:port][/db]``, ``rediss://`` or ``unix://``; the
-    ``redis`` extra), which processes on several machines share: give every replica the same
-    ``url`` and ``prefix``. ``recall = true`` without either keeps the originals in memory for
-    the life of the process. ``ttl`` (Redis only): seconds an entry lives after it was last
-    stored (none by default: the ``max_bytes`` bound alone evicts).
+    ``path`` is a SQLite file (``~`` expanded, relative to the config file's folder); ``url``
+    a Redis server (``redis://[[user]:password@]host[:port][/db]``, ``rediss://`` or
+    ``unix://``; the ``redis`` extra), which processes on several machines share: give every
+    replica the same ``url`` and ``prefix``. ``path = ":memory:"`` (SQLite's own name for
+    it) keeps the originals in this process's memory, bounded by ``max_bytes``, until it
+    exits. ``recall = true`` without ``path`` or ``url`` keeps them in memory too, except in
+    ``ctxcompact proxy`` and ``wrap``, which then open their default file. ``ttl`` (Redis
+    only): seconds an entry lives after it was last stored (none by default: the
+    ``max_bytes`` bound alone evicts).
+    Without ``path``, ``url`` and ``recall`` the library attaches no store, and
+    ``ctxcompact proxy`` (and ``wrap``) opens its default file in the user's cache folder
+    (:func:`~ctxcompact.store.default_store_path`); ``enabled = false`` turns every store
+    off, that one included (``--no-store``).
 
     Example:
         >>> StoreConfig(recall=True).recall_placeholder
@@ -38,6 +50,9 @@ class StoreConfig(BaseModel):
     # strict, as every table: TOML already has types.
     model_config = ConfigDict(extra="forbid", strict=True, validate_assignment=True)
 
+    enabled: bool | None = None
+    """``false``: no store at all, not even a default one; unset or ``true``: the store
+    ``path`` and ``recall`` describe, or the caller's default."""
     path: str | None = Field(default=None, min_length=1)
     url: str | None = Field(default=None, min_length=1)
     prefix: str = Field(default="ctxcompact", pattern=r"^[A-Za-z0-9_.:-]{1,64}$")
@@ -69,16 +84,31 @@ class StoreConfig(BaseModel):
             raise ValueError("give path (a SQLite file) or url (a Redis server), not both")
         if self.ttl is not None and self.url is None:
             raise ValueError("ttl applies to a Redis store (url) only")
+        if self.enabled is False and self.configured:
+            key = "path" if self.path is not None else "url" if self.url is not None else "recall"
+            raise ValueError(f"enabled = false turns the store off, but {key} asks for one")
         return self
 
     @property
-    def enabled(self) -> bool:
-        """Whether a store is attached (a ``path`` or a ``url``, or ``recall`` on)."""
+    def configured(self) -> bool:
+        """Whether the table asks for a store itself (a ``path`` or a ``url``, or ``recall``)."""
         return self.path is not None or self.url is not None or self.recall
 
+    def disabled(self) -> StoreConfig:
+        """This table with every store turned off (``--no-store``)."""
+        return StoreConfig(
+            enabled=False, max_bytes=self.max_bytes, recall_placeholder=self.recall_placeholder
+        )
+
+    @property
+    def in_memory(self) -> bool:
+        """``path = ":memory:"``: a :class:`~ctxcompact.store.MemoryStore`, no file."""
+        return self.path == MEMORY_PATH
+
     def resolved_path(self, config_path: Path | None) -> Path | None:
-        """``path`` with ``~`` expanded, relative to the config file's folder."""
-        if self.path is None:
+        """``path`` with ``~`` expanded, relative to the config file's folder (``None`` for
+        ``":memory:"``)."""
+        if self.path is None or self.in_memory:
             return None
         path = Path(self.path).expanduser()
         if not path.is_absolute() and config_path is not None:

@@ -160,7 +160,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="replay conversations call by call: tokens and cache-adjusted cost",
         description="Every assistant message is a model call whose input is the history "
         "before it after compaction and transforms. Reports calls, compactions, input and "
-        "peak tokens, cache-adjusted cost and cache breaks against no compaction. With no "
+        "peak tokens, cache-adjusted cost and cache breaks against no compaction. A FILE may "
+        "be a folder (its .json and .jsonl files); .meta.json sidecars are left out. With no "
         "FILE, replays the built-in demo.",
     )
     replay.add_argument("files", nargs="*", metavar="FILE")
@@ -191,6 +192,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     replay.add_argument("--plot", metavar="OUT.png", help="draw context tokens per call")
     replay.add_argument("--no-progress", action="store_true", help="no progress bar")
+    replay.add_argument(
+        "--no-store",
+        action="store_true",
+        help="no originals store ([store] enabled = false): nothing removed can be recalled "
+        "(a replay never writes a store file: its stores are in memory, one per conversation)",
+    )
     replay.set_defaults(run="replay")
 
     validate = commands.add_parser(

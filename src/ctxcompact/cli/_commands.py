@@ -17,7 +17,14 @@ from .._tokens.pricing import Pricing, provider
 from ..exceptions import UnknownPricingError
 from ..replay import FileReplay, ReplayStats, replay
 from . import _params_for as params_for
-from ._io import CliError, Conversation, load_demo, read_conversation, write_conversation
+from ._io import (
+    CliError,
+    Conversation,
+    conversation_paths,
+    load_demo,
+    read_conversation,
+    write_conversation,
+)
 from ._progress import FailureReport, call_progress
 from ._report import (
     ReplaySettings,
@@ -48,6 +55,17 @@ def _out(text: str) -> None:
 
 def _err(text: str) -> None:
     sys.stderr.write(text + "\n")
+
+
+def _inputs(paths: Sequence[str]) -> list[str]:
+    """The conversation files named: folders opened, ``.meta.json`` sidecars left out (said)."""
+    found, skipped = conversation_paths(paths)
+    if skipped:
+        _err(
+            f"ctxcompact: left out {len(skipped)} .meta.json file(s) (they describe recorded "
+            "conversations; they are not conversations)"
+        )
+    return found
 
 
 def _read_all(paths: Sequence[str], fmt: Any) -> list[Conversation]:
@@ -194,7 +212,7 @@ def run_replay(args: argparse.Namespace) -> int:
         for k, spec in enumerate(args.strategy or [None])
     ]
     args.pricing_table = _pricing(args, setups[0])
-    conversations = _read_all(args.files, args.format) if args.files else [load_demo()]
+    conversations = _read_all(_inputs(args.files), args.format) if args.files else [load_demo()]
     replays = asyncio.run(_closing(_replay_all(args, conversations, setups), setups))
     first = setups[0]
     settings = ReplaySettings(
@@ -297,7 +315,7 @@ def run_validate(args: argparse.Namespace) -> int:
 
     files: list[dict[str, Any]] = []
     unreadable = 0
-    for path in args.files:
+    for path in _inputs(args.files):
         try:
             conversation = read_conversation(path, fmt=args.format)
         except CliError as exc:

@@ -23,13 +23,18 @@ from .._formats.responses_files import dump_responses
 from ..exceptions import CliError, ConversationFileError
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from .._history.messages import Message
 
 __all__ = [
+    "CONVERSATION_SUFFIXES",
     "DEMO_NAME",
     "FORMATS",
+    "SIDECAR_SUFFIX",
     "CliError",
     "Conversation",
+    "conversation_paths",
     "load_demo",
     "parse_conversation",
     "read_conversation",
@@ -37,6 +42,54 @@ __all__ = [
 ]
 
 DEMO_NAME = "demo (built-in)"
+
+CONVERSATION_SUFFIXES = (".json", ".jsonl")
+"""What a folder given on the command line is read for: JSON and JSON Lines files."""
+
+SIDECAR_SUFFIX = ".meta.json"
+"""A file that describes a recorded conversation (usage per call, its source), beside it:
+``tests/data/traces/x.json`` has ``x.meta.json``. It is not a conversation."""
+
+
+def conversation_paths(paths: Sequence[str]) -> tuple[list[str], list[str]]:
+    """The conversation files that ``paths`` name, and the sidecars left out.
+
+    A folder stands for its ``.json`` and ``.jsonl`` files, sorted by name (not its
+    sub-folders); a ``.meta.json`` sidecar is left out whether it is in a folder or named
+    (a shell glob such as ``traces/*.json`` names them too). Other files are kept as given,
+    so that reading them reports what is wrong with them.
+
+    Raises:
+        CliError: A folder holds no conversation file, or every file named is a sidecar.
+    """
+    found: list[str] = []
+    skipped: list[str] = []
+    for name in paths:
+        path = Path(name)
+        if path.is_dir():
+            inside = sorted(
+                p for p in path.iterdir() if p.is_file() and p.name.endswith(CONVERSATION_SUFFIXES)
+            )
+            conversations = [str(p) for p in inside if not p.name.endswith(SIDECAR_SUFFIX)]
+            skipped += [str(p) for p in inside if p.name.endswith(SIDECAR_SUFFIX)]
+            if not conversations:
+                raise CliError(
+                    f"{name}: a folder with no conversation file (.json or .jsonl, "
+                    f"{SIDECAR_SUFFIX} sidecars aside)",
+                    path=name,
+                )
+            found += conversations
+        elif path.name.endswith(SIDECAR_SUFFIX):
+            skipped.append(name)
+        else:
+            found.append(name)
+    if not found:
+        raise CliError(
+            f"{paths[0]}: only {SIDECAR_SUFFIX} files, which describe recorded conversations "
+            "and are not conversations themselves; name the conversation files or their folder",
+            path=paths[0],
+        )
+    return found, skipped
 
 
 def read_conversation(path: str | Path, *, fmt: Format | None = None) -> Conversation:

@@ -27,7 +27,8 @@ _UPSTREAM_VARIABLES = (
 
 
 def add_proxy_options(parser: argparse.ArgumentParser) -> None:
-    """``--config``, the upstreams and the store: what ``proxy`` and ``wrap`` share."""
+    """``--config``, the upstreams and the store (or none): what ``proxy`` and ``wrap``
+    share."""
     parser.add_argument(
         "--config",
         metavar="FILE",
@@ -52,6 +53,13 @@ def add_proxy_options(parser: argparse.ArgumentParser) -> None:
         help="keep what compaction removes, and summaries once computed, in this SQLite file "
         "(or a store server's URL); replaces [store] path",
     )
+    parser.add_argument(
+        "--no-store",
+        action="store_true",
+        help="keep no originals and no summaries ([store] enabled = false); by default they "
+        "go to [store] path or url, else a SQLite file in your cache folder (printed at "
+        "start-up)",
+    )
 
 
 def proxy_config(args: argparse.Namespace, *, environ: Mapping[str, str] | None = None) -> Config:
@@ -63,7 +71,7 @@ def proxy_config(args: argparse.Namespace, *, environ: Mapping[str, str] | None 
     ``ANTHROPIC_BASE_URL``.
 
     Raises:
-        CliError: A URL that is not ``http://`` or ``https://``.
+        CliError: A URL that is not ``http://`` or ``https://``; ``--store`` with ``--no-store``.
         ConfigError: The file, or what the command line makes of it, is not valid.
     """
     if args.config is not None:
@@ -79,7 +87,11 @@ def proxy_config(args: argparse.Namespace, *, environ: Mapping[str, str] | None 
         elif environ is not None and key not in proxy and environ.get(variable):
             proxy[key] = _url(environ[variable], f"${variable}")
     data["proxy"] = proxy
-    if args.store is not None:
+    if args.no_store:
+        if args.store is not None:
+            raise CliError("--store and --no-store: give one or the other")
+        data["store"] = base.store.disabled().model_dump(exclude_unset=True)
+    elif args.store is not None:
         data["store"] = _store(dict(data.get("store", {})), args.store)
     return Config.from_dict(data, path=base.path)
 

@@ -127,6 +127,8 @@ def build_setup(
     """
     given: Config | None = load_config(args.config) if args.config else None
     config = given if given is not None else Config()
+    if getattr(args, "no_store", False):
+        config = config.model_copy(update={"store": config.store.disabled()})
     config = _with_llm_flags(args, config)
     cli_params = parse_params(params)
     counter_name = args.token_counter or config.token_counting.method

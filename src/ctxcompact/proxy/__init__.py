@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from .._wiring import as_config, wire
 from ..exceptions import MissingDependencyError
 from ..llm import CircuitBreakerLLM
+from ..store._paths import default_store_path
 
 if TYPE_CHECKING:
     import httpx
@@ -52,6 +53,9 @@ def create_app(
     model whose window is not known is forwarded unchanged (``action=skipped``). A request
     the upstream refuses as over its window is cut and sent again (:mod:`._retry`).
 
+    The store is ``[store]``'s; when it names none, a SQLite file in the user's cache folder
+    (:func:`~ctxcompact.store.default_store_path`), unless ``[store] enabled = false``.
+
     Args:
         config: The configuration (``[compaction]``, ``[proxy]``, transforms, counting).
         strategy: Overrides ``[compaction] strategy``.
@@ -79,6 +83,7 @@ def create_app(
         llm=llm,
         token_counter=token_counter,
         build_store=True,
+        default_store=default_store_path(),
         per_model_windows=True,
     )
     p = wiring.config.proxy
@@ -88,7 +93,11 @@ def create_app(
         timeout=p.timeout,
         max_body_bytes=p.max_body_bytes,
     )
-    recall = Recall(wiring.store) if wiring.recall and wiring.store is not None else None
+    recall = (
+        Recall(wiring.store, max_rounds=p.max_recall_rounds)
+        if wiring.recall and wiring.store is not None
+        else None
+    )
     rewriter = Rewriter(
         wiring.controller() if wiring.max_context_size is not None else None,
         per_model=ModelWindows(wiring) if wiring.max_context_size is None else None,
@@ -140,7 +149,8 @@ def __getattr__(name: str) -> object:
       ``httpx.AsyncClient`` of your own, ``create_app(client=...)``, the same);
     * ``ERROR_BODY_LIMIT``: bytes of an upstream 400/413 body read to tell a
       context-too-long error; a longer body is relayed whole, not retried;
-    * ``MAX_RECALL_ROUNDS``: recall rounds the proxy answers per client request at most.
+    * ``MAX_RECALL_ROUNDS``: recall rounds the proxy answers per client request by default
+      (``[proxy] max_recall_rounds``); a closing round follows.
     """
     if name not in _LAZY:
         raise AttributeError(f"module 'ctxcompact.proxy' has no attribute {name!r}")

@@ -262,7 +262,7 @@ class ProxyApp:
             self.rewriter.strategy_name,
             ", ".join(self.rewriter.transform_names) or "none",
             shown_store(self.store),
-            "on" if self.recall is not None else "off",
+            f"on (at most {self.recall.max_rounds} rounds)" if self.recall is not None else "off",
         )
         try:
             yield
@@ -359,6 +359,7 @@ class ProxyApp:
                 messages_after=report.messages_before,
                 problems=(*report.problems, problem),
                 recall_namespace=None,  # the recall tool went out with the rewrite
+                recall_added=False,
             )
             return raw, unsent
 

@@ -1,16 +1,29 @@
 """Recall through the proxy: the model reads back what compaction removed, the client never knows.
 
-With ``[store]`` and ``recall = true``, every request the proxy changed goes out with the
-``recall_tool_result`` tool added. When the model's answer calls only that tool, the proxy runs
-it against the caller's own originals (:func:`~ctxcompact.proxy._callers.caller_namespace`: a
-hash of every credential the request carries), appends the call and its result to the request
-and asks the upstream again, at most :data:`MAX_RECALL_ROUNDS` times; the client receives the
-final answer. An answer that mixes the recall tool with other tools is passed through unchanged.
+With ``[store] recall = true``, every request the proxy changed goes out with the
+``recall_tool_result`` tool added, on Chat Completions, Messages and Responses. When the
+model's answer calls only that tool, the proxy runs it against the caller's own originals
+(:func:`~ctxcompact.proxy._callers.caller_namespace`: a hash of every credential the request
+carries), appends the model's turn and the results to the request and asks the upstream
+again; the client receives the final answer.
 
-Streaming answers are relayed as they come until the first tool-call delta names the recall
-tool; from there the answer is held, and when it ends with only recall calls the follow-up's
-stream continues the same response (for Anthropic, its ``message_start`` is left out and its
-content-block indices continue the first answer's).
+The loop is bounded and never leaks a recall call to a client that did not offer the tool:
+
+* up to ``max_recall_rounds`` rounds (``[proxy] max_recall_rounds``, :data:`MAX_RECALL_ROUNDS`
+  by default) are answered by running the calls;
+* one more recall answer is a *closing round*: each call is answered with a text saying the
+  budget is spent (:func:`~._recall_formats.budget_spent`), and the model is asked again, with
+  the same tools (the prompt prefix, and its cache, stay as they were), so it can answer or go
+  on with the client's own tools;
+* whatever recall calls are left in the answer the client is to get (after the closing round,
+  or beside calls of the client's tools) are taken out (:meth:`RecallShape.strip`); an answer
+  left with no text gets one that says so (:func:`~._recall_formats.kept_back`).
+
+A client that offered a tool of that name itself gets the calls the proxy does not answer.
+
+Streaming answers are relayed as they come until the first call names the recall tool; from
+there the answer is held, and when it ends with only recall calls the follow-up's stream
+continues the same message or response (:mod:`._recall_stream`).
 """
 
 from __future__ import annotations
@@ -24,13 +37,12 @@ import httpx
 from starlette.responses import JSONResponse, Response
 
 from .._contract.tools import ERROR_PREFIX
-from ..store._recall import (
-    RECALL_TOOL_NAME,
-    execute_recall,
-    recall_tool_spec_anthropic,
-    recall_tool_spec_openai,
-)
-from ._recall_stream import StreamState, sse_events
+from .._defaults import MAX_RECALL_ROUNDS
+from ..store._recall import RECALL_TOOL_NAME, execute_recall
+from ._recall_formats import SHAPES, RecallShape, budget_spent, kept_back, tool_name
+from ._recall_stream import ChatStream, StreamState, sse_events
+from ._recall_stream_messages import MessagesStream
+from ._recall_stream_responses import ResponsesStream
 from ._relay import Relay
 
 if TYPE_CHECKING:
@@ -39,12 +51,9 @@ if TYPE_CHECKING:
     from ..store._records import OriginalsStore
     from ._rewrite import RewriteReport
 
-__all__ = ["MAX_RECALL_ROUNDS", "Recall"]
+__all__ = ["MAX_RECALL_ROUNDS", "Recall", "stream_state"]
 
 logger = logging.getLogger("ctxcompact.proxy")
-
-MAX_RECALL_ROUNDS = 3
-"""Recall rounds per client request at most; past it the answer goes to the client as is."""
 
 Body = dict[str, Any]
 _HOP = frozenset({"content-length", "content-encoding", "transfer-encoding", "connection"})
@@ -56,33 +65,37 @@ class Recall:
 
     Args:
         store: Where the controller keeps what it removed, per caller namespace.
-        max_rounds: Recall rounds per client request at most.
+        max_rounds: Recall rounds answered per client request at most; one closing round
+            follows (see the module docstring).
 
     Example:
         >>> from ctxcompact.store import MemoryStore
-        >>> body = Recall(MemoryStore()).offer({"messages": []}, "openai")
-        >>> body["tools"][0]["function"]["name"]
-        'recall_tool_result'
+        >>> body, added = Recall(MemoryStore()).offer({"messages": []}, "openai")
+        >>> body["tools"][0]["function"]["name"], added
+        ('recall_tool_result', True)
     """
 
     def __init__(self, store: OriginalsStore, *, max_rounds: int = MAX_RECALL_ROUNDS) -> None:
+        if max_rounds < 0:
+            raise ValueError(f"max_rounds must be 0 or more, got {max_rounds}")
         self.store = store
         self.max_rounds = max_rounds
         self.on_answered: Callable[[int, int], object] | None = None
         """Told how many calls each round answered and how many found their original (the
         proxy's metrics)."""
 
-    def offer(self, body: Body, provider: str) -> Body:
-        """``body`` with the recall tool added to its ``tools`` (once)."""
+    def offer(self, body: Body, provider: str) -> tuple[Body, bool]:
+        """``body`` with the recall tool added to its ``tools``, and whether it was added
+        (``False``: the client offers a tool of that name itself)."""
         tools = body.get("tools")
         tools = list(tools) if isinstance(tools, list) else []
-        if any(_tool_name(t) == RECALL_TOOL_NAME for t in tools):
-            return body
-        spec = recall_tool_spec_openai() if provider == "openai" else recall_tool_spec_anthropic()
-        return {**body, "tools": [*tools, spec]}
+        if any(tool_name(t) == RECALL_TOOL_NAME for t in tools):
+            return body, False
+        return {**body, "tools": [*tools, SHAPES[provider].spec()]}, True
 
     def run(self, calls: list[tuple[str, Any]], namespace: str) -> list[tuple[str, str]]:
-        """Each call's id and the text of its result."""
+        """Each call's id and the text of its result (whatever the handle names: the
+        executor reads it, the proxy passes it through)."""
         results = [
             (cid, execute_recall(self.store, args, namespace=namespace)) for cid, args in calls
         ]
@@ -96,6 +109,15 @@ class Recall:
         (linear time, but a result can be megabytes), and other clients' requests must not
         wait for it on the event loop."""
         return await asyncio.to_thread(self.run, calls, namespace)
+
+    async def results(
+        self, calls: list[tuple[str, Any]], namespace: str, rounds: int
+    ) -> tuple[list[tuple[str, str]], bool]:
+        """The results for round ``rounds + 1``, and whether it is the closing round."""
+        if rounds < self.max_rounds:
+            return await self.answer(calls, namespace), False
+        logger.info("proxy: recall budget of %d round(s) spent; closing round", rounds)
+        return [(cid, budget_spent(rounds)) for cid, _ in calls], True
 
     async def respond(
         self,
@@ -119,27 +141,36 @@ class Recall:
         if namespace is None:  # the tool did not go out: relayed as on the plain path
             return Relay(upstream, shown_url, _headers(upstream, extra), upstream.aiter_bytes())
         body: Body = json.loads(content)
+        added = report.recall_added
         if body.get("stream") is True:
-            chunks = _stream(self, upstream, resend, provider, body, namespace)
+            chunks = _stream(self, upstream, resend, provider, body, namespace, added)
             return Relay(upstream, shown_url, _headers(upstream, extra), chunks)
-        rounds = 0
+        shape = SHAPES[provider]
+        rounds, closing = 0, False
         while True:
             data, broke = await _read(upstream)
             if broke is not None:
                 # What came, then the cut: the client sees the answer interrupted.
                 return Relay(upstream, shown_url, _headers(upstream, extra), _cut(data, broke))
             answer = _json(data) if upstream.status_code == 200 else None
-            calls = recall_calls(provider, answer) if rounds < self.max_rounds else None
-            if calls is None or not isinstance(answer, dict):
-                if rounds:
-                    logger.info("proxy: answered %d recall round(s) for the client", rounds)
+            if not isinstance(answer, dict):
                 return Response(data, upstream.status_code, _headers(upstream, extra))
-            rounds += 1
-            body = follow_up(provider, body, answer, await self.answer(calls, namespace))
-            try:
-                upstream = await resend(_dumps(body))
-            except httpx.HTTPError as exc:
-                return _upstream_error(exc, extra)
+            calls = shape.recall_calls(answer) if not closing else None
+            if calls is not None and (added or rounds < self.max_rounds):
+                results, closing = await self.results(calls, namespace, rounds)
+                rounds += 1
+                body = shape.follow_up(body, answer, results)
+                try:
+                    upstream = await resend(_dumps(body))
+                except httpx.HTTPError as exc:
+                    return _upstream_error(exc, extra)
+                continue
+            if rounds:
+                logger.info("proxy: answered %d recall round(s) for the client", rounds)
+            if added and shape.has_recall(answer):
+                logger.info("proxy: recall calls taken out of the answer to the client")
+                data = _dumps(shape.strip(answer, kept_back(self.max_rounds)))
+            return Response(data, upstream.status_code, _headers(upstream, extra))
 
 
 Resend: TypeAlias = "Callable[[bytes], Awaitable[httpx.Response]]"
@@ -194,53 +225,13 @@ def _upstream_error(exc: httpx.HTTPError, extra: dict[str, str]) -> Response:
     )
 
 
-def _tool_name(tool: object) -> object:
-    if not isinstance(tool, dict):
-        return None
-    function = tool.get("function")
-    return function.get("name") if isinstance(function, dict) else tool.get("name")
-
-
-def recall_calls(provider: str, answer: object) -> list[tuple[str, Any]] | None:
-    """``(id, arguments)`` of each call when ``answer`` calls only the recall tool, else None."""
-    if not isinstance(answer, dict):
-        return None
-    calls: list[tuple[object, Any, object]] = []
+def stream_state(provider: str, *, added: bool) -> StreamState:
+    """The state for a streamed answer on ``provider``'s route (the app's provider names)."""
     if provider == "openai":
-        choices = answer.get("choices")
-        if not isinstance(choices, list) or len(choices) != 1 or not isinstance(choices[0], dict):
-            return None
-        message = choices[0].get("message")
-        raw = message.get("tool_calls") if isinstance(message, dict) else None
-        for call in raw if isinstance(raw, list) else []:
-            function = call.get("function") if isinstance(call, dict) else None
-            if not isinstance(function, dict):
-                return None
-            calls.append((call.get("id"), function.get("arguments"), function.get("name")))
-    else:
-        blocks = answer.get("content")
-        for block in blocks if isinstance(blocks, list) else []:
-            if isinstance(block, dict) and block.get("type") == "tool_use":
-                calls.append((block.get("id"), block.get("input"), block.get("name")))
-    if not calls or any(name != RECALL_TOOL_NAME or not isinstance(i, str) for i, _, name in calls):
-        return None
-    return [(str(i), args) for i, args, _ in calls]
-
-
-def follow_up(provider: str, body: Body, answer: Body, results: list[tuple[str, str]]) -> Body:
-    """``body`` with the model's recall answer and the recall results appended."""
-    messages = list(body.get("messages") or [])
-    if provider == "openai":
-        message = answer["choices"][0]["message"]
-        assistant = {"role": "assistant", "content": message.get("content")}
-        assistant["tool_calls"] = message["tool_calls"]
-        messages.append(assistant)
-        messages += [{"role": "tool", "tool_call_id": i, "content": text} for i, text in results]
-    else:
-        messages.append({"role": "assistant", "content": answer["content"]})
-        blocks = [{"type": "tool_result", "tool_use_id": i, "content": t} for i, t in results]
-        messages.append({"role": "user", "content": blocks})
-    return {**body, "messages": messages}
+        return ChatStream(added=added)
+    if provider == "anthropic":
+        return MessagesStream(added=added)
+    return ResponsesStream(added=added)
 
 
 async def _stream(
@@ -250,14 +241,17 @@ async def _stream(
     provider: str,
     body: Body,
     namespace: str,
+    added: bool,
 ) -> AsyncIterator[bytes]:
     """The client's stream: the upstream's events, held from a recall call on, and the
     follow-ups' events after them. An ``httpx.HTTPError`` (the upstream broke off or stalled)
     goes up to the :class:`~ctxcompact.proxy._relay.Relay`, which cuts the client off, after
-    what was held: the client then has every byte the upstream sent, as on the plain path."""
+    what was held: the client then has every byte the upstream sent (but the recall calls),
+    as on the plain path."""
     upstream = first
-    state = StreamState(provider)
-    rounds = 0
+    shape: RecallShape = SHAPES[provider]
+    state = stream_state(provider, added=added)
+    rounds, closing = 0, False
     while True:
         try:
             if upstream.status_code != 200:
@@ -273,15 +267,19 @@ async def _stream(
             raise
         finally:
             await upstream.aclose()
-        calls = state.recall_calls() if rounds < recall.max_rounds else None
-        if calls is None:
-            for out in state.release():
+        calls = state.recall_calls() if not closing else None
+        if calls is None or not (added or rounds < recall.max_rounds):
+            # The final answer: what is held goes out, recall calls taken out (with a note
+            # when the client would get no text at all).
+            stripped = added and bool(state.recall_keys)
+            note = kept_back(recall.max_rounds) if stripped and not state.others else None
+            for out in state.release(note=note):
                 yield out
             return
+        results, closing = await recall.results(calls, namespace, rounds)
         rounds += 1
         logger.info("proxy: answering recall round %d in a stream", rounds)
-        results = await recall.answer(calls, namespace)
-        body = follow_up(provider, body, state.answer(), results)
+        body = shape.follow_up(body, state.answer(), results)
         state = state.next_round()
         try:
             upstream = await resend(_dumps(body))

@@ -59,12 +59,12 @@ def shown_store(store: object) -> str:
     """Which store the proxy uses, as its start-up line says it: no credentials.
 
     A store with a ``url`` (a server's) is shown by :func:`display_url`; the built-in ones
-    by kind and file.
+    by kind and file, with their bound (and a file's mode).
 
     Example:
         >>> from ctxcompact.store import MemoryStore
-        >>> shown_store(None), shown_store(MemoryStore())
-        ('none', 'in memory (this process only)')
+        >>> shown_store(None), shown_store(MemoryStore(max_bytes=2**20))
+        ('none', 'in memory (this process only, at most 1 MiB)')
     """
     # Deferred: the store package is only needed when the proxy names one.
     from ..store import MemoryStore, SQLiteStore
@@ -75,10 +75,15 @@ def shown_store(store: object) -> str:
     if isinstance(url, str):
         return display_url(url)
     if isinstance(store, SQLiteStore):
-        return f"SQLite {shown_path(str(store.path))}"
+        path = shown_path(str(store.path))
+        return f"SQLite {path} (at most {_mib(store.max_bytes)}, file 0600)"
     if isinstance(store, MemoryStore):
-        return "in memory (this process only)"
+        return f"in memory (this process only, at most {_mib(store.max_bytes)})"
     return type(store).__name__
+
+
+def _mib(n: int) -> str:
+    return f"{n / 2**20:g} MiB"
 
 
 class QuerylessAccessLog(logging.Filter):

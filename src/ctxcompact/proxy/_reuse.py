@@ -32,13 +32,15 @@ __all__ = ["prefix_keys", "remember_rewrite", "reuse_rewrites"]
 logger = logging.getLogger("ctxcompact.proxy")
 
 
-def prefix_keys(messages: Sequence[Message]) -> list[str]:
+def prefix_keys(messages: Sequence[Message], scope: str = "") -> list[str]:
     """``summary_key(messages[:i])`` for ``i`` in ``1..len(messages)``, in one pass.
 
     The key is SHA-256 of the JSON list of the messages' keys; the hash of each longer prefix
     continues the shorter one's, so every prefix costs one message's key, not the prefix's.
+    A ``scope`` goes in front: the same messages compacted for another scope (another
+    window) get other keys.
     """
-    digest = hashlib.sha256(b"[")
+    digest = hashlib.sha256(scope.encode() + b"[")
     keys: list[str] = []
     for i, message in enumerate(messages):
         digest.update((", " if i else "").encode() + f'"{message_key(message)}"'.encode())
@@ -49,7 +51,7 @@ def prefix_keys(messages: Sequence[Message]) -> list[str]:
 
 
 async def reuse_rewrites(
-    store: OriginalsStore, namespace: str, history: Sequence[Message]
+    store: OriginalsStore, namespace: str, history: Sequence[Message], *, scope: str = ""
 ) -> tuple[list[Message], int]:
     """``history`` with the kept rewrite of its longest kept prefix put in its place.
 
@@ -58,7 +60,7 @@ async def reuse_rewrites(
     problems than the history had, leaves the history as it was.
     """
     try:
-        found = await _longest(store, namespace, history)
+        found = await _longest(store, namespace, history, scope)
     except Exception as exc:  # the store failing must not fail the request
         logger.warning("proxy: reading kept summaries failed: %s", type(exc).__name__)
         return list(history), 0
@@ -77,11 +79,11 @@ async def reuse_rewrites(
 
 
 async def _longest(
-    store: OriginalsStore, namespace: str, history: Sequence[Message]
+    store: OriginalsStore, namespace: str, history: Sequence[Message], scope: str
 ) -> tuple[int, tuple[Message, ...]] | None:
     """The longest prefix with a kept rewrite: its length and the rewrite. A network store
     is asked once for all the prefixes (:func:`~ctxcompact.store._async.find_summary`)."""
-    keys = prefix_keys(history)
+    keys = prefix_keys(history, scope)
     found = await find_summary(store, namespace, keys[::-1])
     if found is None:
         return None
@@ -96,6 +98,8 @@ async def remember_rewrite(
     reused: int,
     before: Sequence[Message],
     after: Sequence[Message],
+    *,
+    scope: str = "",
 ) -> bool:
     """Keep what a compaction turned the request into, for the next request of the conversation.
 
@@ -116,7 +120,7 @@ async def remember_rewrite(
         return False
     rewrite = after[: len(after) - tail]
     try:
-        await put_summary(store, namespace, prefix_keys(replaced)[-1], rewrite)
+        await put_summary(store, namespace, prefix_keys(replaced, scope)[-1], rewrite)
     except Exception as exc:
         logger.warning("proxy: keeping a summary failed: %s", type(exc).__name__)
         return False

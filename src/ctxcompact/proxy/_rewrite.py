@@ -92,6 +92,9 @@ class RewriteReport:
     window: int | None = None
     recall_namespace: str | None = None
     """Set when the recall tool was offered: whose originals its calls read (not a header)."""
+    recall_added: bool = False
+    """The proxy added the recall tool (the client did not offer one of that name): its
+    calls must never reach the client (not a header)."""
     summarizer: str | None = None
     """``unavailable`` when the summarizer's circuit breaker refused a call (the request went
     without the summary, the cheaper tiers applied), ``failed`` when a call failed as in an
@@ -158,8 +161,10 @@ class Rewriter:
             (:class:`~ctxcompact.proxy._windows.ModelWindows`); a
             :class:`~ctxcompact.Problem` it returns is why the request is forwarded unchanged
             (``skipped``).
-        recall: Offers the recall tool on Chat Completions and Messages requests it changed
-            (``[store] recall``).
+        recall: Offers the recall tool on the requests it changed (``[store] recall``), on
+            every route; not on a Responses request that continues a conversation the
+            upstream keeps (``previous_response_id``, ``conversation``), whose earlier turns
+            the proxy neither sees nor could send back.
         reuse_summaries: With the controller's store, reuse a conversation's earlier
             compaction instead of computing it again (:mod:`ctxcompact.proxy._reuse`).
 
@@ -258,8 +263,11 @@ class Rewriter:
         # per request: the proxy keeps nothing between requests (but what the store keeps)
         state = ControllerState(namespace=namespace if store is not None else None)
         received, reused = history, 0
+        # A compaction made for one window is not the one another window needs (with no
+        # window configured, each model's): kept rewrites are per caller and per window.
+        scope = f"window={controller.max_context_size}"
         if self.reuse_summaries and store is not None:
-            history, reused = await reuse_rewrites(store, namespace, history)
+            history, reused = await reuse_rewrites(store, namespace, history, scope=scope)
             state.produced.add(received, history)  # kept summaries are not originals
         before = controller.token_count(history, state=state)  # step() reuses this count
         if reused:
@@ -282,7 +290,9 @@ class Rewriter:
         if failed and event is not None:
             problems += event.problems
         if step.compacted and self.reuse_summaries and store is not None:
-            await remember_rewrite(store, namespace, received, reused, history, step.history)
+            await remember_rewrite(
+                store, namespace, received, reused, history, step.history, scope=scope
+            )
         request: Sequence[Message] = step.request
         history = received
         n = len(history)
@@ -326,11 +336,13 @@ class Rewriter:
         offered = (
             self.recall is not None
             and store is not None
-            and provider != "responses"  # its tools have another shape: not offered there
             and not step.store_problems
+            and body.get("previous_response_id") is None
+            and body.get("conversation") is None
         )
+        added = False
         if offered and self.recall is not None:
-            new_body = self.recall.offer(new_body, provider)
+            new_body, added = self.recall.offer(new_body, provider)
         return new_body, RewriteReport(
             action,
             name,
@@ -340,6 +352,7 @@ class Rewriter:
             len(request),
             tuple(problems),
             recall_namespace=namespace if offered else None,
+            recall_added=added,
             summarizer=summarizer,
             over_window=over_window(after, max_tokens, window),
             compaction=event,

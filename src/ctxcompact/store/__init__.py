@@ -14,6 +14,8 @@ cut to head and tail, messages dropped or summarised away) can be kept in an
 * :func:`recall_tool` gives the model ``recall_tool_result`` to page through a removed result
   (``offset``/``limit``) or grep it (``pattern``); :func:`execute_recall` and the tool specs
   serve other loops, and :func:`recall_placeholder` writes the text that tells the model how.
+* :func:`default_store_path` is the file ``ctxcompact proxy`` opens when ``[store]`` names
+  none: a SQLite file in the user's cache folder.
 * Summaries are kept under :func:`summary_key` of the messages they replaced, so a summary is
   computed once per conversation (``put_summary``/``get_summary``).
 
@@ -43,6 +45,7 @@ from __future__ import annotations
 from ..exceptions import StoreError
 from ._async import AsyncOriginalsStore, is_async_store
 from ._memory import DEFAULT_MAX_BYTES, MemoryStore
+from ._paths import default_store_path
 from ._recall import (
     DEFAULT_RECALL_LINES,
     DEFAULT_RECALL_TEMPLATE,
@@ -87,6 +90,7 @@ __all__ = [
     "StoreError",
     "StoredOriginal",
     "credential_namespace",
+    "default_store_path",
     "execute_recall",
     "is_async_store",
     "message_key",
