@@ -36,7 +36,6 @@ HORIZON = 0.5
 """The calls to come a rewrite is weighed over, as a share of the calls so far (see above)."""
 
 
-
 @dataclass(frozen=True, slots=True)
 class Payback:
     """The figures of one rewrite's weighing, in tokens.
