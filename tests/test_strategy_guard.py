@@ -518,7 +518,13 @@ def test_property_fits_or_says_what_does_not(
         assert kept_users[-1] is task or (
             kept_users[-1].model_extra == task.model_extra and kept_users[-1] is not task
         )
-        if len(rest) < sum(1 for m in history if m.role not in pinned):  # something dropped
+        # When something was dropped the kept history opens with a user message, if the
+        # input's own opening was one: the guard drops what precedes the first user message
+        # (test_what_precedes_the_first_user_message_goes), but an exchange that opens with an
+        # assistant turn and holds that user message with a result after it stays whole.
+        opened = [m for m in history if m.role not in pinned][0].role
+        dropped = len(rest) < sum(1 for m in history if m.role not in pinned)
+        if dropped and opened == "user":
             assert rest[0].role == "user"
     # The newest message stays (its tool result may be a cut copy).
     newest = [m for m in history if m.role not in pinned][-1]
@@ -729,3 +735,19 @@ def test_per_request_it_drops_oldest_in_batches_of_8_triggered_by_relevance_one_
     assert (triggered.drop_order(), triggered.batch_size()) == ("relevance", 1)
     chosen = ContextGuard(context_window=16_000, drop="relevance", drop_batch=2)
     assert (chosen.drop_order(), chosen.batch_size()) == ("relevance", 2)
+
+
+def test_what_precedes_the_first_user_message_goes() -> None:
+    # An orphan result or an assistant turn before the first user message: when the guard
+    # trims, the kept history still opens with a user message.
+    def trimmed(history: list[Message]) -> list[str]:
+        out = ContextGuard(context_window=COUNT.count(history) - 1, reserve_tokens=0).guard(
+            history, budget=COUNT.count(history) - 1, token_counter=COUNT
+        )
+        assert out is not None
+        return [m.role for m in out]
+
+    orphan = [tool("orphan", "x"), user("task"), *chat(6)[1:]]
+    assert trimmed(orphan)[0] == "user"
+    opening = [assistant(None, call("c0", "ls")), tool("c0", "x"), user("task"), *chat(6)[1:]]
+    assert trimmed(opening)[0] == "user"

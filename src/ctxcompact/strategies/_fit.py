@@ -109,12 +109,25 @@ class Plan:
         """The plan for ``history`` (``tokens`` per message); without ``keep_lead``, every
         message before the task is droppable and dropped (the seed's minimum)."""
         found = units(history)
+        start = found[0][0] if found else len(history)
+        opening = next((i for i, m in enumerate(history) if m.role == "user"), None)
+        if keep_lead and found and opening is not None and opening > start:
+            # The history opens with assistant turns before its first user message: they go
+            # whenever the guard trims, and the lead runs from that user message to the end of
+            # its exchange (unless a tool result there could answer one of them, or that
+            # exchange is the newest step, which is always kept).
+            k = next(k for k, (s, e) in enumerate(found) if s <= opening < e)
+            answers = any(history[i].role == "tool" for i in range(opening, found[k][1]))
+            if not answers and k < len(found) - 1:
+                start, found = found[k][1], found[k + 1 :]
         unit_tokens = [
             sum(tokens[k] for k in range(s, e) if history[k].role not in PINNED) for s, e in found
         ]
         task = max((i for i, m in enumerate(history) if m.role == "user"), default=None)
-        start = found[0][0] if found else len(history)
-        lead = {i for i in range(start) if history[i].role not in PINNED}
+        # The lead is kept from its first user message on: what precedes it (an orphan tool
+        # result, an assistant turn) goes, so a trimmed history still opens with a user message.
+        lead_from = 0 if opening is None or opening >= start else opening
+        lead = {i for i in range(lead_from, start) if history[i].role not in PINNED}
         task_unit = None
         if task is not None and task >= start:
             task_unit = next(k for k, (s, e) in enumerate(found) if s <= task < e)
