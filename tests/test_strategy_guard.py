@@ -522,7 +522,7 @@ def test_property_fits_or_says_what_does_not(
         # input's own opening was one: the guard drops what precedes the first user message
         # (test_what_precedes_the_first_user_message_goes), but an exchange that opens with an
         # assistant turn and holds that user message with a result after it stays whole.
-        opened = [m for m in history if m.role not in pinned][0].role
+        opened = next(m for m in history if m.role not in pinned).role
         dropped = len(rest) < sum(1 for m in history if m.role not in pinned)
         if dropped and opened == "user":
             assert rest[0].role == "user"
