@@ -402,9 +402,10 @@ async def test_reported_usage_feeds_the_trigger() -> None:
 
 
 def drop_oldest_turn(ctx: CompactionContext) -> list[Message]:
+    """Drop the oldest message after the first user message (which is pinned)."""
     history = list(ctx.history)
     first = next(i for i, m in enumerate(history) if m.role != "system")
-    return history[:first] + history[first + 1 :]
+    return history[: first + 1] + history[first + 2 :]
 
 
 async def _agent_with_past(llm: ScriptedLLM, strategy: FunctionStrategy) -> Agent:

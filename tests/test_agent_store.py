@@ -77,14 +77,20 @@ def hiding_agent(llm: ScriptedLLM, store: Any, **kwargs: Any) -> Agent:
 
 def test_recall_without_a_store_is_a_user_error_saying_what_to_pass() -> None:
     with pytest.raises(UserError, match=r"recall=True needs an originals store: pass store="):
-        Agent(ScriptedLLM("x"), recall=True, max_context_size=10_000, reserved_context_size=10)
+        Agent(
+            ScriptedLLM("x"),
+            recall=True,
+            store=None,  # no store at all (by default the agent keeps one in memory)
+            max_context_size=10_000,
+            reserved_context_size=10,
+        )
 
 
 def test_a_recall_placeholder_without_recall_and_a_store_beside_a_controller_are_refused() -> None:
     with pytest.raises(UserError, match="pass recall=True"):
         Agent(ScriptedLLM("x"), store=MemoryStore(), recall_placeholder="[{tool_call_id}]")
     ctl = CompactionController(
-        ToolResultHiding(), max_context_size=10_000, reserved_context_size=100
+        ToolResultHiding(), max_context_size=10_000, reserved_context_size=100, store=None
     )
     with pytest.raises(UserError, match="store"):
         Agent(ScriptedLLM("x"), controller=ctl, store=MemoryStore())
@@ -327,16 +333,24 @@ async def test_on_a_real_trace_every_original_is_seen_or_in_the_store(
         last = llm.requests[-1].messages
         assert any(NAMED_ID.search(m.text) for m in last if m.role == "tool")
         # Everything the store holds is an original from the transcript (no placeholder, no
-        # task the guard cut or noted): tool results by id, other messages by "#position".
+        # task the guard cut or noted): tool results by id (id@hash when re-used), calls'
+        # arguments by "args:" and the id, other messages by "#hash", and the lists of what
+        # one rewrite dropped ("#r...").
         originals = {(m.tool_call_id, m.text) for m in agent.messages if m.role == "tool"}
         texts = {m.text for m in agent.messages if m.role != "tool"}
+        calls = {(c.id, c.arguments) for m in agent.messages for c in m.tool_calls or ()}
         for key, _ in ((r[1], r[2]) for r in rows(tmp_path / "originals.db")):
             record = store.get("default", key)
             assert record is not None
-            if key.startswith("#"):
+            if key.startswith("#r"):
+                assert record.kind == "range"
+            elif key.startswith("#"):
                 assert record.message.text in texts
+            elif key.startswith("args:"):
+                [c] = record.message.tool_calls or ()
+                assert (c.id, c.arguments) in calls
             else:
-                assert (key, record.message.text) in originals
+                assert (key.split("@")[0], record.message.text) in originals
     finally:
         store.close()
 

@@ -187,17 +187,17 @@ def test_the_store_keeps_the_whole_call_under_its_position(tmp_path: Path) -> No
     out = ToolResultHiding(preserve_recent_n=1, clear_tool_inputs=True).hide(history)
     assert out is not None
     removals = removed_originals(history, out)
-    # Each old group: its call message (replaced, stored under "#<position>") and its result.
+    # Each old group: its call's arguments (cleared, stored under "args:<id>") and its result.
     assert [(r.position, r.kind, r.tool_call_id) for r in removals] == [
-        (1, "hidden", "#1"),
+        (1, "cleared", "args:c0"),
         (2, "hidden", "c0"),
-        (3, "hidden", "#3"),
+        (3, "cleared", "args:c1"),
         (4, "hidden", "c1"),
     ]
     assert removals[0].replacement is out[1]
     with SQLiteStore(tmp_path / "store.sqlite") as store:
         assert record_removed(store, history, out) == 4
-        record = store.get("default", "#1", position=1)
+        record = store.get("default", "args:c0", position=1)
         assert record is not None
         assert arguments(record.message)["content"] == BIG  # the original, whole
         result = store.get("default", "c0")

@@ -38,6 +38,7 @@ def run(*args: str | Path, script: bool = False) -> subprocess.CompletedProcess[
 
 STATS: dict[str, type | tuple[type, ...]] = {
     "calls": int,
+    "triggers": int,
     "compactions": int,
     "failed_compactions": int,
     "input_tokens": int,
@@ -52,9 +53,22 @@ STATS: dict[str, type | tuple[type, ...]] = {
     "removed_then_referenced": int,
     "removed_then_referenced_rate": (int, float),
     "recallable_results": int,
+    "lost_results": int,
+    "removed_originals": int,
+    "lost_originals": int,
+    "cleared_arguments": int,
+    "lost_arguments": int,
     "summarizer_calls": int,
     "summarizer_tokens": int,
     "summarizer_cached_tokens": int,
+    "summarizer_hot_calls": int,
+    "summarizer_hot_s": (int, float),
+    "summarizer_background_calls": int,
+    "summarizer_background_s": (int, float),
+    "hot_calls_after_first": int,
+    "summarizer_waited_s": (int, float),
+    "ahead_used": int,
+    "ahead_unused": int,
 }
 RATIOS = {"input_tokens", "peak_context_tokens", "cost"}
 

@@ -27,6 +27,7 @@ from ctxcompact.strategies import HidingThenSummary, LLMSummary, Pipeline, ToolR
 from ctxcompact.testing import ScriptedLLM
 from tests.helpers.gen import assistant, call, tool, user
 from tests.helpers.proxy_servers import FakeUpstream, serve_in_thread
+from tests.helpers.standin_summarizer import StandIn
 from tests.helpers.traces import TRACES_DIR
 
 NEVER_TRIGGERS = TRACES_DIR / "taubench-gpt4o-airline__task3_trial0.json"
@@ -251,3 +252,63 @@ def test_llm_context_window_without_a_model_is_a_usage_error(
 ) -> None:
     assert main(["replay", "--llm-context-window", "2048"]) == 2
     assert "--llm-model" in capsys.readouterr().err
+
+
+# -- the summarizer's timeout and retries ------------------------------------------------------
+
+
+@pytest.mark.parametrize(("retries", "attempts"), [(0, 1), (1, 2)])
+def test_llm_timeout_and_retries_are_what_the_summarizer_gets(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    retries: int,
+    attempts: int,
+) -> None:
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    slow = StandIn(delay=3.0)  # longer than the timeout: every attempt times out
+    with serve_in_thread(slow.app()) as url:
+        out = str(tmp_path / "o.json")
+        code = main(["apply", str(LONG), "--strategy", "llm-summary", "-o", out,
+                     "--llm-base-url", f"{url}/v1", "--llm-model", "m", "--llm-timeout", "0.3",
+                     "--llm-retries", str(retries)])  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == 1
+    assert "LLMTimeoutError" in err
+    assert len(slow.requests) == attempts
+
+
+def test_llm_timeout_and_retries_apply_to_the_configs_summarizer(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    slow = StandIn(delay=3.0)
+    with serve_in_thread(slow.app()) as url:
+        path = tmp_path / "c.toml"
+        path.write_text(
+            f'[compaction]\nstrategy = "llm-summary"\n[compaction.llm]\nprovider = "openai"\n'
+            f'model = "m"\nbase_url = "{url}/v1"\ntimeout = 600\nmax_retries = 5\n'
+        )
+        code = main(["apply", str(LONG), "--config", str(path), "-o", str(tmp_path / "o.json"),
+                     "--llm-timeout", "0.3", "--llm-retries", "0"])  # fmt: skip
+    assert code == 1
+    assert "LLMTimeoutError" in capsys.readouterr().err
+    assert len(slow.requests) == 1
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--llm-timeout", "5"], "--llm-timeout needs a summarizer"),
+        (["--llm-retries", "1"], "--llm-retries needs a summarizer"),
+        (["--llm-base-url", "http://127.0.0.1:9/v1", "--llm-model", "m", "--llm-timeout", "0"],
+         "--llm-timeout must be > 0"),
+        (["--llm-base-url", "http://127.0.0.1:9/v1", "--llm-model", "m", "--llm-retries", "-1"],
+         "--llm-retries must be 0 to 20"),
+    ],
+)  # fmt: skip
+def test_llm_timeout_and_retries_without_a_summarizer_or_out_of_range_are_usage_errors(
+    capsys: pytest.CaptureFixture[str], flags: list[str], message: str
+) -> None:
+    assert main(["replay", *flags]) == 2
+    assert message in capsys.readouterr().err

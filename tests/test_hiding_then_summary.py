@@ -127,7 +127,10 @@ async def test_a_failed_summary_after_hiding_keeps_the_hiding_and_logs(
     saving = hiding_saving(history)
     llm = ScriptedLLM(ServerError("502 bad gateway"))
     with caplog.at_level(logging.DEBUG, logger="ctxcompact"):
-        out = await HidingThenSummary(llm).compact(ctx_over_by(history, saving + 500, llm))
+        # fit_window=False: the hidden history as it is (by default it is then fitted to
+        # the window: tests/test_summary_fit.py).
+        strategy = HidingThenSummary(llm, fit_window=False)
+        out = await strategy.compact(ctx_over_by(history, saving + 500, llm))
     assert out == ToolResultHiding().hide(history)
     # The warning names the error's type; its text (a provider may echo the transcript in
     # it) is there only for whoever turns DEBUG on.

@@ -210,3 +210,24 @@ max_retries = 0
     assert event.status == "compacted", event.error
     assert result[1].text.startswith(SUMMARY_PREFIX)
     assert check_history(result) == []
+
+
+async def test_the_model_sees_tool_results_and_tool_only_assistant_turns(
+    llama_server: LlamaServer,
+    http: Recorder,
+) -> None:
+    # The rig's chat format renders tool messages (Gemma has no tool role: as user turns) and
+    # takes an assistant message whose content is null; the built-in "gemma" format dropped
+    # the first and the server refused the second.
+    llm = adapter(llama_server, http)
+    call = ToolCall(id="call_1", name="read_file", arguments='{"path": "notes.txt"}')
+    asked = [Message.user("Read notes.txt."), Message.assistant(None, tool_calls=[call])]
+
+    short = await llm.complete([*asked, Message.tool("call_1", "ok")], max_tokens=1)
+    long = await llm.complete([*asked, Message.tool("call_1", "note " * 960)], max_tokens=1)
+
+    assert http.bodies[0]["messages"][1]["content"] is None  # sent as the OpenAI API has it
+    assert short.usage is not None
+    assert long.usage is not None
+    # 4,800 more characters of tool result: hundreds more prompt tokens, not 0.
+    assert long.usage.input_tokens - short.usage.input_tokens > 500

@@ -39,8 +39,17 @@ def test_what_a_problem_shows_comes_from_its_fields_never_from_the_exception(kin
 
 
 def test_the_kinds_are_the_closed_set_headers_know() -> None:
-    assert len(KINDS) == 18
-    assert {"strategy_raised", "output_rejected", "circuit_open", "store_failed"} <= set(KINDS)
+    assert len(KINDS) == 21
+    assert {
+        "strategy_raised",
+        "output_rejected",
+        "circuit_open",
+        "store_failed",
+        "no_payback",
+        "not_smaller",
+        "store_evicted",
+        "pin_restored",
+    } <= set(KINDS)
 
 
 async def test_a_failed_event_carries_the_fields_and_the_legacy_sentence() -> None:

@@ -376,7 +376,8 @@ def test_output_the_format_cannot_express_fails_open(
     fake, url = upstream
 
     def add_note(ctx: Any) -> list[Message]:
-        return [*ctx.history[:1], Message.system("note"), *ctx.history[1:]]
+        # It drops the first step too: an output not smaller than its input is no compaction.
+        return [*ctx.history[:1], Message.system("note"), *ctx.history[3:]]
 
     messages = anthropic_history(turns=4, output_chars=300)
     body = json.dumps({"model": "m", "max_tokens": 100, "messages": messages}).encode()

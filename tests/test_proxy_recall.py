@@ -130,7 +130,7 @@ def test_one_caller_cannot_recall_another_callers_originals(
         openai_client(proxy).chat.completions.create(model="m", messages=mine, max_tokens=100)
     denied = fake.received[2].json()["messages"][-1]["content"]
     allowed = fake.received[3].json()["messages"][-1]["content"]
-    assert denied.startswith("Error: recall_tool_result: no removed result is stored")
+    assert denied.startswith("Nothing is kept under")
     assert "theirs" not in json.dumps(fake.received[3].json())
     assert "1: line 0" in allowed
 

@@ -201,7 +201,8 @@ def test_a_summary_and_an_original_kept_by_one_replica_are_served_by_the_other(
     # B answered the recall from Redis, with the original A stored...
     recalled = follow_up["messages"][-1]
     assert recalled["role"] == "tool"
-    assert recalled["content"].startswith("Tool result call_0 (300 lines")
+    # 300 lines each ending with a newline: a last, empty line 301 (recall is byte-exact)
+    assert recalled["content"].startswith("Tool result call_0 (301 lines")
     assert "\n1: line 0\n" in recalled["content"]
     # ...and B wrote nothing: every entry and its stamp are as A left them.
     assert store_writes(redis_server, prefix) == kept
@@ -250,7 +251,7 @@ def test_a_replica_killed_mid_request_loses_nothing_the_other_cannot_serve(
     assert summary_text(retried) == summary_text(died)
     assert retried["messages"] == died["messages"]  # the same prompt: the cache holds
     recalled = follow_up["messages"][-1]["content"]
-    assert recalled.startswith("Tool result call_8 (300 lines")
+    assert recalled.startswith("Tool result call_8 (301 lines")  # the newline ends it
     assert "\n1: row 8\n" in recalled
 
 

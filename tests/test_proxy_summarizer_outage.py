@@ -120,9 +120,12 @@ def config_file(
     return path
 
 
+# fit_window = false: hiding alone while the summarizer is down, what these tests look at (by
+# default the hidden history is then fitted to the window: the last test of this file).
 HIDING_THEN_SUMMARY = (
     "hiding-then-summary",
-    "preserve_recent_n = 1\nmax_summary_tokens = 200\nmax_preserved_messages = 2\n",
+    "preserve_recent_n = 1\nmax_summary_tokens = 200\nmax_preserved_messages = 2\n"
+    "fit_window = false\n",
 )
 
 
@@ -366,3 +369,26 @@ def metrics(proxy: str) -> dict[str, float]:
             labels = ",".join(f'{k}="{v}"' for k, v in sorted(sample.labels.items()))
             found[f"{sample.name}{{{labels}}}" if labels else sample.name] = sample.value
     return found
+
+
+def test_by_default_a_request_the_summary_could_not_shrink_still_fits_the_window(
+    servers: tuple[FakeUpstream, str, FakeSummarizer, str], tmp_path: Path
+) -> None:
+    upstream, up, _, summ = servers
+    params = "preserve_recent_n = 1\nmax_summary_tokens = 200\nmax_preserved_messages = 2\n"
+    path = config_file(
+        tmp_path, up, summ, "hiding-then-summary", "max_context_size = 4000\n", params
+    )
+    app = create_app(load_config(path))
+    breaker_of(app, Clock())
+    with serve_in_thread(app) as proxy:
+        first = ask(proxy, history())  # the summarizer fails
+        second = ask(proxy, history())  # its breaker refuses the call
+    for report in (first, second):
+        assert report["action"] == "compacted"
+        assert "over_window" not in report
+        assert int(report["tokens"].split("->")[1]) + 100 < 4000  # max_tokens: its reserve
+    assert (first["summarizer"], second["summarizer"]) == ("failed", "unavailable")
+    body = upstream.received[-1].json()
+    assert body["messages"][0]["role"] == "system"
+    assert body["messages"][1]["content"].startswith("Fix the failing test.")  # the task, cut

@@ -20,7 +20,7 @@ import pytest
 from tests.helpers.proxy_servers import FakeUpstream, serve_in_thread
 from tests.test_proxy import anthropic_history, openai_history, start_proxy, write_config
 
-NOT_STORED = "Error: recall_tool_result: no removed result is stored"
+NOT_STORED = "Nothing is kept under"  # a plain sentence, not an error the model cannot act on
 
 
 def _basic(user: str) -> str:
@@ -58,6 +58,9 @@ def conversation(route: str, owner: str) -> dict[str, Any]:
     """A request whose old tool results get hidden: its first call has an id of its own
     (``only_<owner>``), the others ids every caller re-uses (``call_1`` / ``toolu_1`` ...);
     each result names ``owner``."""
+    if route == "/v1/responses":
+        chat = conversation("/v1/chat/completions", owner)
+        return {"model": "m", "max_output_tokens": 100, "input": to_items(chat["messages"])}
     if route == "/v1/messages":
         messages = anthropic_history(turns=4, output_chars=300)
         messages[1]["content"][1]["id"] = f"only_{owner}"
@@ -78,7 +81,11 @@ def recall_results(fake: FakeUpstream, start: int, route: str) -> list[str]:
     """The recall results the proxy appended to the follow-ups received from ``start`` on."""
     out = []
     for item in fake.received[start + 1 :]:
-        last = item.json()["messages"][-1]
+        body = item.json()
+        if route == "/v1/responses":
+            out.append(body["input"][-1]["output"])
+            continue
+        last = body["messages"][-1]
         out.append(last["content"][0]["content"] if route == "/v1/messages" else last["content"])
     return out
 
@@ -90,13 +97,13 @@ def send(proxy: str, route: str, body: dict[str, Any], who: tuple[Any, Any]) -> 
     return response
 
 
-@pytest.mark.parametrize("route", ["/v1/chat/completions", "/v1/messages"])
+@pytest.mark.parametrize("route", ["/v1/chat/completions", "/v1/messages", "/v1/responses"])
 @pytest.mark.parametrize("scheme", sorted(SCHEMES))
 def test_no_caller_recalls_another_callers_original(
     upstream: tuple[FakeUpstream, str], tmp_path: Path, route: str, scheme: str
 ) -> None:
     fake, url = upstream
-    shared = "toolu_1" if route == "/v1/messages" else "call_1"
+    shared = "toolu_1" if route == "/v1/messages" else "call_1"  # Responses: chat's ids
     credential = SCHEMES[scheme]
     callers = {"alice": credential("alice"), "bob": credential("bob"), "anon": ({}, {})}
     with start_proxy(recall_config(tmp_path, url)) as proxy:

@@ -100,10 +100,7 @@ def test_an_offset_past_the_end_says_so() -> None:
 
 
 def test_an_empty_result_says_so() -> None:
-    assert (
-        recall(store_with(""))
-        == "Tool result call_7 (0 lines, 0 characters): the result has no text."
-    )
+    assert recall(store_with("")) == "Tool result call_7 (1 line, 0 characters): the text is empty."
 
 
 def test_a_window_stops_at_the_character_cap_and_says_where_to_go_on() -> None:
@@ -116,9 +113,14 @@ def test_a_window_stops_at_the_character_cap_and_says_where_to_go_on() -> None:
     assert out[-1] == f"[more from line {after}: call recall_tool_result with offset={after}]"
 
 
-def test_one_huge_line_is_cut_and_says_how_long_it_was() -> None:
-    out = recall(store_with("y" * (MAX_RECALL_CHARS + 500)))
-    assert f"[line cut at {MAX_RECALL_CHARS} of {MAX_RECALL_CHARS + 500}]" in out
+def test_one_huge_line_comes_in_pieces_and_says_where_the_next_starts() -> None:
+    out = recall(store_with("y" * (MAX_RECALL_CHARS + 500))).splitlines()
+    assert out[1] == "1: " + "y" * MAX_RECALL_CHARS
+    nxt = MAX_RECALL_CHARS + 1
+    assert out[2] == (
+        f"[more from line 1, char {nxt}: call recall_tool_result with offset=1 and "
+        f"char_offset={nxt}]"
+    )
 
 
 # -- pattern ----------------------------------------------------------------------------------
@@ -134,7 +136,8 @@ def test_a_pattern_respects_offset_and_limit() -> None:
     out = recall(store_with(LOG), pattern="ERROR", offset=300, limit=1).splitlines()
     assert out[1:] == [
         "500: 0500 ERROR disk full on /var/data",
-        "[more from line 501: call recall_tool_result with offset=501 and the same pattern]",
+        # The next line that matches: the model's next call skips what would not.
+        "[more from line 750: call recall_tool_result with offset=750 and the same pattern]",
     ]
 
 
@@ -154,19 +157,21 @@ def test_an_invalid_regex_gives_a_clear_error() -> None:
 # -- bad arguments and unknown ids --------------------------------------------------------------
 
 
-def test_an_unknown_id_says_so_and_names_no_other_id() -> None:
+def test_an_unknown_id_says_so_in_a_sentence_and_names_no_other_id() -> None:
     store = store_with("secret content", call_id="call_secret")
     out = execute_recall(store, {"tool_call_id": "call_9"})
-    assert out.startswith(
-        "Error: recall_tool_result: no removed result is stored for tool_call_id 'call_9'"
-    )
+    # Not an error the model cannot read: a plain sentence (an evicted handle gets the same).
+    assert out.startswith("Nothing is kept under 'call_9' any more")
+    assert "It cannot be recalled" in out
     assert "call_secret" not in out
     assert "secret content" not in out
 
 
 def test_another_namespace_cannot_recall_it() -> None:
     store = store_with("alice's data")
-    assert execute_recall(store, {"tool_call_id": "call_7"}, namespace="bob").startswith("Error:")
+    assert execute_recall(store, {"tool_call_id": "call_7"}, namespace="bob").startswith(
+        "Nothing is kept under 'call_7'"
+    )
     assert "alice" not in execute_recall(store, {"tool_call_id": "call_7"}, namespace="bob")
 
 
@@ -219,7 +224,13 @@ def test_the_specs_describe_the_same_arguments_as_the_tool() -> None:
         "input_schema": tool.parameters,
     }
     assert tool.parameters["required"] == ["tool_call_id"]
-    assert set(tool.parameters["properties"]) == {"tool_call_id", "offset", "limit", "pattern"}
+    assert set(tool.parameters["properties"]) == {
+        "tool_call_id",
+        "offset",
+        "limit",
+        "pattern",
+        "char_offset",
+    }
     assert all(p.get("description") for p in tool.parameters["properties"].values())
     json.dumps(openai), json.dumps(anthropic)  # plain JSON, ready for a request body
     openai["function"]["parameters"]["required"].append("x")  # a copy each time

@@ -71,7 +71,8 @@ def test_the_text_report_has_a_row_for_calls_over_the_window(
 ) -> None:
     path = write_openai(tmp_path / "a.json", quoting_conversation())
     assert main(["replay", str(path), *HIDING, *SMALL_WINDOW]) == 0
-    rows = [line for line in capsys.readouterr().out.splitlines() if "over the window" in line]
+    out = capsys.readouterr().out.splitlines()
+    rows = [line for line in out if line.startswith("  calls over the window")]
     assert len(rows) == 1
 
 

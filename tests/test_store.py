@@ -204,18 +204,13 @@ def test_summaries_count_against_the_bound(make_store: Build) -> None:
 @pytest.mark.parametrize("name", trace_names())
 def test_trace_messages_round_trip_through_the_sqlite_file(name: str, tmp_path: Path) -> None:
     history = from_openai(load_trace(name))
+    records = [
+        StoredOriginal.from_message(m, position=i, kind="dropped") for i, m in enumerate(history)
+    ]
     with SQLiteStore(tmp_path / "t.db") as store:
-        store.put(
-            *[
-                StoredOriginal.from_message(m, position=i, kind="dropped")
-                for i, m in enumerate(history)
-            ]
-        )
+        store.put(*records)
     with SQLiteStore(tmp_path / "t.db") as store:
-        back = [
-            store.get("default", m.tool_call_id or f"#{i}", position=i)
-            for i, m in enumerate(history)
-        ]
+        back = [store.get("default", r.tool_call_id, position=r.position) for r in records]
     restored = [r.message for r in back]  # type: ignore[union-attr]
     assert restored == history
     assert to_openai(restored) == to_openai(history)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import re
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -28,6 +30,13 @@ from ctxcompact.testing import ScriptedLLM
 
 from .helpers.gen import assistant, call, system, tool, user
 from .helpers.traces import load_trace
+
+
+def rh(message: Message) -> str:
+    """The handle of a result whose id is re-used: id@ and 8 hex digits of its text's hash."""
+    digest = hashlib.sha256(f"tool\x00{message.text}".encode()).hexdigest()
+    return f"{message.tool_call_id}@{digest[:8]}"
+
 
 BIG = "\n".join(f"line {i}: some output of the command" for i in range(60))
 
@@ -71,7 +80,7 @@ def test_hiding_is_found_as_hidden_with_positions_ids_and_names() -> None:
     assert after is not None
     removals = removed_originals(h, after)
     assert summary(removals) == [
-        (3, "hidden", "c1", "grep"),
+        (3, "hidden", rh(h[3]), "grep"),
         (4, "hidden", "c2", "cat"),
         (6, "hidden", "c3", "pytest"),
     ]
@@ -118,11 +127,15 @@ def test_the_guard_dropping_old_turns_is_found_as_dropped() -> None:
     assert {r.kind for r in removals} == {"dropped"}
     kept_positions = set(range(len(h))) - {r.position for r in removals}
     assert [h[i] for i in sorted(kept_positions)] == list(after)
-    # Non-tool messages are keyed by their position.
-    assert all(
-        r.tool_call_id == (r.message.tool_call_id if r.message.role == "tool" else f"#{r.position}")
-        for r in removals
-    )
+    # Tool results are kept under their id (with @hash when re-used), other messages under
+    # "#" and 10 hex digits of their hash, a call's arguments under "args:" and the id.
+    for r in removals:
+        if r.call is not None:
+            assert r.tool_call_id.startswith(f"args:{r.call.id}")
+        elif r.message.role == "tool":
+            assert r.tool_call_id.split("@")[0] == r.message.tool_call_id
+        else:
+            assert re.fullmatch(r"#[0-9a-f]{10}", r.tool_call_id)
 
 
 async def test_a_summary_replacing_old_turns_is_found_as_summarised() -> None:
@@ -135,16 +148,19 @@ async def test_a_summary_replacing_old_turns_is_found_as_summarised() -> None:
     removals = removed_originals(h, after)
     assert {r.kind for r in removals} == {"summarised"}
     assert 0 not in {r.position for r in removals}  # the system message stays
-    assert [r.position for r in removals] == list(range(1, len(h) - 1))
+    assert sorted({r.position for r in removals}) == list(range(1, len(h) - 1))
+    # A summarised call's arguments are a removal of their own.
+    assert sorted(r.call.id for r in removals if r.call is not None) == ["c1", "c1", "c2", "c3"]
 
 
 def test_a_reused_id_is_matched_by_position_not_by_id() -> None:
     h = session()
     # Only the second result answering "c1" is hidden.
     after = [*h[:8], h[8].replace(content="[hidden]"), h[9]]
-    assert summary(removed_originals(h, after)) == [(8, "hidden", "c1", "grep")]
+    assert summary(removed_originals(h, after)) == [(8, "hidden", rh(h[8]), "grep")]
     after = [*h[:3], h[3].replace(content="[hidden]"), *h[4:]]
-    assert summary(removed_originals(h, after)) == [(3, "hidden", "c1", "grep")]
+    assert summary(removed_originals(h, after)) == [(3, "hidden", rh(h[3]), "grep")]
+    assert rh(h[3]) != rh(h[8])
 
 
 def test_record_removed_stores_each_original_recallable_by_id_and_position() -> None:
@@ -153,8 +169,8 @@ def test_record_removed_stores_each_original_recallable_by_id_and_position() -> 
     after = ToolResultHiding(preserve_recent_n=0).hide(h)
     assert after is not None
     assert record_removed(store, h, after, namespace="ns") == 4
-    assert store.get("ns", "c1", position=3).message == h[3]  # type: ignore[union-attr]
-    assert store.get("ns", "c1", position=8).message == h[8]  # type: ignore[union-attr]
+    assert store.get("ns", rh(h[3])).message == h[3]  # type: ignore[union-attr]
+    assert store.get("ns", rh(h[8])).message == h[8]  # type: ignore[union-attr]
     assert store.get("ns", "c2").tool_name == "cat"  # type: ignore[union-attr]
     assert store.get("default", "c2") is None
     # The same rewrite on the next request stores nothing new.
@@ -169,8 +185,9 @@ def test_record_removed_on_a_real_trace_keeps_every_hidden_result(tmp_path: Path
     changed = [i for i, (a, b) in enumerate(zip(h, after, strict=True)) if a is not b]
     with SQLiteStore(tmp_path / "o.db") as store:
         assert record_removed(store, h, after) == len(changed)
+        handles = {r.position: r.handle for r in removed_originals(h, after)}
         for i in changed:
-            got = store.get("default", h[i].tool_call_id or "", position=i)
+            got = store.get("default", handles[i], position=i)
             assert got is not None
             assert got.message == h[i]
 

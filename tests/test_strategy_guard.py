@@ -22,6 +22,7 @@ from ctxcompact import (
     to_anthropic,
 )
 from ctxcompact.exceptions import CompactionError, ConfigError, ContextBudgetError
+from ctxcompact.kit import DROP_NOTE_RE, STAND_IN_RANGE, pinned_indices
 from ctxcompact.strategies import DROP_MARKER, ContextGuard
 from tests.helpers.gen import (
     assistant,
@@ -183,8 +184,9 @@ def test_system_messages_always_stay_even_mid_history() -> None:
 
 def test_tool_call_groups_are_dropped_whole() -> None:
     h = chat(10)
-    # From the least that can hold the system prompt, the task and the newest answer.
-    for budget in range(COUNT.count([h[0], h[-5], h[-1]]), COUNT.count(h), 97):
+    # From the least that can hold the system prompt, the first user message (pinned), the
+    # task and the newest answer.
+    for budget in range(COUNT.count([h[0], h[1], h[-5], h[-1]]), COUNT.count(h), 97):
         out = guard(h, context_window=budget, reserve_tokens=0)
         assert out is not None
         assert COUNT.count(out) <= budget
@@ -218,7 +220,7 @@ def test_a_task_within_the_budget_is_never_cut() -> None:
     with pytest.raises(ContextBudgetError) as info:
         guard(h, context_window=budget, reserve_tokens=0)
     assert info.value.budget == budget
-    assert list(info.value.required) == ["system messages", "task (message 1)"]
+    assert list(info.value.required) == ["system and pinned messages", "task (message 1)"]
     assert sum(info.value.required.values()) > budget
     assert isinstance(info.value, CompactionError)
 
@@ -226,19 +228,23 @@ def test_a_task_within_the_budget_is_never_cut() -> None:
 def test_the_newest_steps_results_are_cut_to_fit() -> None:
     h = [user("old " * 100), user("new"), assistant(None, call("a"), call("b"))]
     h += [tool("a", "x" * 5000), tool("b", "y" * 500)]
-    out = guard(h, context_window=600, reserve_tokens=0, truncate_first=False)
+    out = guard(h, context_window=700, reserve_tokens=0, truncate_first=False)
     assert out is not None
-    assert out[:3] == h[:3]  # both user messages and the call, the very same objects
+    # The first user message (pinned), the task and the call: the very same objects.
+    assert out[:3] == h[:3]
     assert [(m.role, m.tool_call_id) for m in out[3:]] == [("tool", "a"), ("tool", "b")]
-    assert COUNT.count(out) <= 600
+    assert COUNT.count(out) <= 700
     # Water-filling: the big result is cut, the small one kept whole when it fits.
     assert out[4] is h[4]
     assert out[3].text.startswith("x")
     assert "characters truncated" in out[3].text
-    # With no room for the first user message, everything before the task goes instead.
+    # With no room for the first user message whole, it stays all the same (pinned: issue
+    # 20), cut head + tail as the last resort, and nothing else before the task is kept.
     tight = guard(h, context_window=150, reserve_tokens=0, truncate_first=False)
     assert tight is not None
-    assert tight[0] is h[1]
+    assert tight[0].text.startswith("old ")
+    assert "characters truncated" in tight[0].text
+    assert tight[1:3] == h[1:3]
     assert COUNT.count(tight) <= 150
 
 
@@ -614,7 +620,11 @@ def test_every_public_trace_fits_the_window_or_says_why(
             _, before = to_anthropic(history)
             _, after = to_anthropic(result)
             assert after[0]["role"] == "user", (name, end)
-            assert same_role_pairs(after) <= same_role_pairs(before), (name, end)
+            # The one exception: the pinned first user message followed by the next kept
+            # user message once everything between was dropped (both providers accept
+            # consecutive user turns; Anthropic combines them).
+            pinned_pair = int(len(after) > 1 and after[0]["role"] == after[1]["role"] == "user")
+            assert same_role_pairs(after) <= same_role_pairs(before) + pinned_pair, (name, end)
             # The newest message and the task are kept (results and task possibly cut).
             assert (result[-1].role, result[-1].tool_call_id) == (
                 history[-1].role,
@@ -751,3 +761,45 @@ def test_what_precedes_the_first_user_message_goes() -> None:
     assert trimmed(orphan)[0] == "user"
     opening = [assistant(None, call("c0", "ls")), tool("c0", "x"), user("task"), *chat(6)[1:]]
     assert trimmed(opening)[0] == "user"
+
+
+# -- the merge of issue 20 (pins, recall notes) with issue 21 (dropping by relevance) -----------
+
+
+def test_dropping_by_relevance_never_drops_a_pinned_message() -> None:
+    h = chat(20)
+    pinned_at = next(i for i, m in enumerate(h) if m.text.startswith("question 5 "))
+    pins = pinned_indices(h, lambda m: m.text.startswith("question 5 "))
+    assert pinned_at in pins
+    budget = COUNT.count(h) // 3
+    guard = ContextGuard(drop="relevance")
+    out = guard.guard(h, budget=budget, token_counter=COUNT, pinned=pins)
+    assert out is not None
+    assert COUNT.count(out) <= budget
+    assert any(m is h[pinned_at] for m in out)  # its exchange went, the pin stayed
+    assert not any(m is h[pinned_at + 1] for m in out)
+    assert check_history(out) == []
+    # Without the pin, the same message goes with its exchange.
+    unpinned = guard.guard(h, budget=budget, token_counter=COUNT, pinned=pinned_indices(h))
+    assert unpinned is not None
+    assert not any(m is h[pinned_at] for m in unpinned)
+
+
+def test_the_recall_note_counts_every_message_dropped_by_relevance() -> None:
+    # Relevance keeps exchanges with gaps between them: the note's count and its results
+    # still cover every dropped message, and the note is costed within the budget.
+    h = chat(20)
+    budget = COUNT.count(h) // 3
+    out = ContextGuard(drop="relevance").guard(h, budget=budget, token_counter=COUNT, recall=True)
+    assert out is not None
+    assert COUNT.count(out) <= budget
+    kept = {id(m) for m in out}
+    task = max(i for i, m in enumerate(h) if m.role == "user")
+    gone = [i for i, m in enumerate(h) if id(m) not in kept and i != task]
+    note = [m for m in out if m.role == "user"][-1].text
+    match = DROP_NOTE_RE.search(note)
+    assert match is not None, note
+    assert int(match.group(1)) == len(gone)
+    assert STAND_IN_RANGE in note
+    dropped_results = [h[i].tool_call_id for i in gone if h[i].role == "tool"]
+    assert dropped_results[-1] in note  # the newest dropped result is named by its handle

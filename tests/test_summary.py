@@ -579,7 +579,11 @@ async def test_hiding_then_summary_keeps_the_hiding_when_the_summary_is_refused(
     llm = ScriptedLLM("\x00" * 500)
     # A window hiding alone cannot meet, so the summary runs after it.
     ctx = CompactionContext(history, tokens, 1_500, 1_000, llm=llm)
-    strategy = HidingThenSummary(llm, preserve_recent_n=1, max_input_tokens=50_000)
+    # fit_window=False: KLIP-13's outcome, the hidden history as it is (the default fits it
+    # to the window: tests/test_summary_fit.py).
+    strategy = HidingThenSummary(
+        llm, preserve_recent_n=1, max_input_tokens=50_000, fit_window=False
+    )
     out = await strategy.compact(ctx)
     assert out is not None
     assert len(llm.requests) == 1  # the summary was tried, refused, and hiding kept

@@ -161,13 +161,16 @@ def config_tables() -> list[Table]:
             if sub is not None and typing.get_origin(info.annotation) is dict:
                 nested.append((sub, _NAMED.get(path, f"{path}.<name>")))
                 continue
+            if path == "agent.llm.fallbacks":  # refused there: only the summarizer has them
+                continue
             if sub is not None:
                 nested.append((sub, path))
                 continue
             # A key whose value is a table of its own ([compaction.params]) is described
             # above that table's header.
             described = key_docs.get(path) or table_docs.get(path) or info.description or ""
-            if name == "agent.llm" and not described:  # the same keys as [compaction.llm]
+            # [agent.llm] and each of [compaction.llm]'s fallbacks: the keys of [compaction.llm]
+            if name in ("agent.llm", "compaction.llm.fallbacks") and not described:
                 described = key_docs.get(f"compaction.llm.{key}", "")
             if not described:
                 raise ValueError(

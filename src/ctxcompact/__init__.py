@@ -34,11 +34,14 @@ from ._contract.protocols import (
     Completion,
     Dependencies,
     NeedsLLM,
+    SummarizesAhead,
+    SummaryAhead,
     ToolSpec,
     Usage,
     WindowedLLM,
     has_context_window,
     needs_llm,
+    summarizes_ahead,
 )
 from ._contract.tools import Tool, ToolResult, tool
 from ._controller.controller import (
@@ -117,6 +120,8 @@ __all__ = [
     "Step",
     "StoreConfig",
     "StrategyInfo",
+    "SummarizesAhead",
+    "SummaryAhead",
     "TextPart",
     "TextTokenCounter",
     "TiktokenCounter",
@@ -148,6 +153,7 @@ __all__ = [
     "parse_context_error",
     "parse_conversation",
     "read_conversation",
+    "summarizes_ahead",
     "to_anthropic",
     "to_openai",
     "to_responses",

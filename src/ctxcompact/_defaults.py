@@ -12,6 +12,7 @@ __all__ = [
     "DEFAULT_MAX_FAILURES",
     "DEFAULT_MAX_STEPS",
     "DEFAULT_MIN_PROGRESS",
+    "DEFAULT_PRECOMPUTE_RATIO",
     "DEFAULT_RESERVED_CONTEXT_SIZE",
     "MAX_RECALL_ROUNDS",
     "REPLAY_MAX_CONTEXT_SIZE",
@@ -33,6 +34,16 @@ DEFAULT_MIN_PROGRESS = 0.1
 
 DEFAULT_MAX_FAILURES = 3
 """Consecutive failed runs that open the controller's circuit."""
+
+# The summarizer gets the calls between 80% and 100% of the trigger to write in the background
+# (a few agent steps: each adds a tool result and an answer); what the conversation adds
+# meanwhile, at most a fifth of the trigger, stays verbatim after the summary, so the compaction
+# frees a little less than one written at the trigger itself. Lower gives the summarizer more
+# time but leaves more unsummarized (and more summaries made for conversations that end before
+# their trigger); higher leaves it too little time to finish.
+DEFAULT_PRECOMPUTE_RATIO = 0.8
+"""Fraction of the trigger at which a summarizing strategy's summary is started in the
+background (``[compaction] precompute_ratio``; ``0`` or ``None``: never ahead of time)."""
 
 # One failed call already means 1 + max_retries attempts, each waiting up to the timeout
 # (3 minutes with [compaction.llm]'s defaults): paying that again on the next request buys

@@ -33,7 +33,7 @@ from ._tokens.counters import TokenCounter, counter_from_config
 from ._tokens.pricing import REWRITE_PRICING, Pricing
 from ._tokens.windows import context_window
 from .exceptions import ConfigError, LLMRequiredError, StoreError, UserError
-from .llm import CircuitBreakerLLM, build_llm
+from .llm import CircuitBreakerLLM, FallbackLLM, build_llm
 from .llm._base import SDKAdapter
 from .store._memory import MemoryStore
 from .store._recall import DEFAULT_RECALL_TEMPLATE
@@ -44,7 +44,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
     from pathlib import Path
 
-    from ._config.config import LLMConfig
+    from ._config.config import FallbackConfig, LLMConfig
     from ._config.tables import TransformTable
     from ._controller.controller import EventCallback
     from .store._records import OriginalsStore
@@ -102,6 +102,7 @@ class Wiring:
         owned_store: Whether ``store`` was built here (then its owner closes it).
         cache_ttl: ``[compaction] cache_ttl``.
         cache_pricing: ``[compaction] cache_pricing``, resolved (``None``: weighing off).
+        precompute_ratio: ``[compaction] precompute_ratio``.
         per_conversation: Each :meth:`controller` serves one conversation: a strategy object
             and transforms of its own and, with ``[store] recall`` and no store here, an
             in-memory store of its own (the command line's replays).
@@ -139,6 +140,7 @@ class Wiring:
     owned_store: bool = False
     cache_ttl: float | None = None
     cache_pricing: Pricing | None = REWRITE_PRICING
+    precompute_ratio: float | None = None
     per_conversation: bool = False
     arrival_truncation: ToolResultTruncation | None = None
     reload_strategy: Callable[[], CompactionStrategy] | None = field(
@@ -202,6 +204,8 @@ class Wiring:
             ),
             cache_ttl=self.cache_ttl,
             cache_pricing=self.cache_pricing,
+            precompute_ratio=self.precompute_ratio,
+            pin_patterns=self.config.compaction.pin_patterns,
         )
 
 
@@ -298,6 +302,7 @@ def wire(
         owned_store=opened,
         cache_ttl=comp.cache_ttl,
         cache_pricing=config.cache_prices(),
+        precompute_ratio=comp.precompute_ratio,
         per_conversation=per_conversation,
         arrival_truncation=_arrival_truncation(config) if agent else None,
         reload_strategy=reload,
@@ -430,7 +435,9 @@ def build_models(config: Config, llm: LLM | None = None, *, agent: bool = False)
     return Models(summarizer, agent_llm, tuple(owned))
 
 
-def build_llm_with_window(llm_config: LLMConfig, models: Mapping[str, int] | None = None) -> LLM:
+def build_llm_with_window(
+    llm_config: FallbackConfig, models: Mapping[str, int] | None = None
+) -> LLM:
     """The adapter ``llm_config`` describes, stating its model's own window
     (:class:`~ctxcompact.WindowedLLM`): ``context_window`` when configured, else the
     model table's (:func:`ctxcompact.context_window`, with the ``[models]`` overrides), else
@@ -444,15 +451,29 @@ def build_llm_with_window(llm_config: LLMConfig, models: Mapping[str, int] | Non
     return llm
 
 
-def build_summarizer(llm_config: LLMConfig, models: Mapping[str, int] | None = None) -> LLM:
+def build_summarizer(
+    llm_config: LLMConfig, models: Mapping[str, int] | None = None, *, breakers: bool = True
+) -> LLM:
     """The summarizer ``[compaction.llm]`` describes: :func:`build_llm_with_window`'s model
     inside a :class:`~ctxcompact.llm.CircuitBreakerLLM` (``breaker_failures``,
-    ``breaker_cooldown``; none when ``breaker_failures = 0``).
+    ``breaker_cooldown``; none when ``breaker_failures = 0``), and with ``fallbacks`` a
+    :class:`~ctxcompact.llm.FallbackLLM` of it and each fallback, each in its own breaker.
 
-    One breaker per summarizer built: every controller, conversation and proxy request that
-    the wiring serves shares it, so an outage is paid by the first calls only."""
+    One breaker per model built: every controller, conversation and proxy request that the
+    wiring serves shares it, so an outage is paid by the first calls only. ``breakers=False``
+    builds none (a replay measures every failure)."""
+    chain = [
+        _summarizer_model(table, models, breaker=breakers)
+        for table in (llm_config, *llm_config.fallbacks)
+    ]
+    return chain[0] if len(chain) == 1 else FallbackLLM(chain)
+
+
+def _summarizer_model(
+    llm_config: FallbackConfig, models: Mapping[str, int] | None, *, breaker: bool
+) -> LLM:
     llm = build_llm_with_window(llm_config, models)
-    if llm_config.breaker_failures == 0:
+    if not breaker or llm_config.breaker_failures == 0:
         return llm
     return CircuitBreakerLLM(
         llm, failure_threshold=llm_config.breaker_failures, cooldown=llm_config.breaker_cooldown

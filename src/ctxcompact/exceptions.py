@@ -32,6 +32,10 @@ CtxCompactError
 │   └── ConversationFileError    a conversation file that cannot be read (file, line, column)
 ├── CompactionError              a strategy failed at run time; the history is kept
 │   ├── ContextBudgetError       what must be kept does not fit the budget (budget, required)
+│   ├── NotSmallerError          a rewrite that would not shrink the context (tokens_before,
+│   │   │                        tokens_after): a tiered strategy moves on to its next tier
+│   │   └── SummaryNotSmallerError  a summary costing at least what it replaces (also a
+│   │                            SummaryRejectedError, reason "not_smaller")
 │   └── SummaryRejectedError     a summary that is empty, garbage or not smaller (reason)
 ├── MaxStepsExceeded             an agent run used its whole step budget (steps)
 ├── StoreError                   an originals store failed (path); compaction stands
@@ -76,12 +80,14 @@ __all__ = [
     "MissingArgumentError",
     "MissingDependencyError",
     "ModelNotFoundError",
+    "NotSmallerError",
     "PricingError",
     "RateLimitError",
     "ServerError",
     "StoreError",
     "StrategyLoadError",
     "StrategyLoadReason",
+    "SummaryNotSmallerError",
     "SummaryRejectedError",
     "UnknownPricingError",
     "UserError",
@@ -385,6 +391,36 @@ class SummaryRejectedError(CompactionError):
     def __init__(self, message: str, *, reason: str) -> None:
         super().__init__(message)
         self.reason = reason
+
+
+class NotSmallerError(CompactionError):
+    """A rewrite that would not make the context smaller; it must not replace the history.
+
+    Every compaction must shrink what it rewrites: one that does not would leave the history
+    as large as before and fire again at once. A strategy raises this instead of returning
+    such a rewrite, so a tiered strategy can move on to its next tier (the controller, when it
+    gets one, keeps the history and waits for it to grow before trying again).
+
+    Attributes:
+        tokens_before: Tokens of what the rewrite would replace.
+        tokens_after: Tokens of what would stand in its place.
+    """
+
+    def __init__(self, message: str, *, tokens_before: int, tokens_after: int) -> None:
+        super().__init__(message)
+        self.tokens_before = tokens_before
+        self.tokens_after = tokens_after
+
+
+class SummaryNotSmallerError(SummaryRejectedError, NotSmallerError):
+    """A summary message that costs at least what it replaces (``reason`` ``not_smaller``):
+    both a refused summary and a rewrite that would not shrink the context."""
+
+    def __init__(self, message: str, *, tokens_before: int, tokens_after: int) -> None:
+        CompactionError.__init__(self, message)
+        self.reason = "not_smaller"
+        self.tokens_before = tokens_before
+        self.tokens_after = tokens_after
 
 
 class MaxStepsExceeded(CtxCompactError):

@@ -1,5 +1,10 @@
 """A real OpenAI-compatible server for tests: llama-cpp-python's, with the tiny Gemma 3 GGUF.
 
+The server renders requests with :mod:`tests.helpers.llama_chat`'s chat format, which shows
+the model system prompts, tool calls and tool results (llama-cpp-python's own ``gemma``
+format drops them); see that module for how, and the README ("A local model server") for the
+command that starts one by hand.
+
 Use the ``llama_server`` fixture (registered once for the whole suite in
 ``tests/conftest.py``) or call
 :func:`start_llama_server` / :meth:`LlamaServer.stop` yourself. The fixture is session-scoped:
@@ -26,10 +31,13 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.llama_chat import FORMAT_NAME
+
 __all__ = ["LlamaServer", "llama_server", "start_llama_server"]
 
 STARTUP_TIMEOUT_S = 120.0
 MODEL_ALIAS = "gemma3-270m"
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 @dataclass
@@ -97,13 +105,13 @@ def start_llama_server(*, n_ctx: int = 2048, n_threads: int = 1) -> LlamaServer:
     command = [
         sys.executable,
         "-m",
-        "llama_cpp.server",
+        "tests.helpers.llama_chat",
         "--model",
         model_path(),
         "--model_alias",
         MODEL_ALIAS,
         "--chat_format",
-        "gemma",
+        FORMAT_NAME,
         "--host",
         "127.0.0.1",
         "--port",
@@ -115,9 +123,10 @@ def start_llama_server(*, n_ctx: int = 2048, n_threads: int = 1) -> LlamaServer:
         "--verbose",
         "False",
     ]
-    process = subprocess.Popen(
-        command, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"}
-    )
+    # The chat format is this checkout's module: the server imports it from the repository.
+    path = os.pathsep.join(p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH")) if p)
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": path}
+    process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)
     server = LlamaServer(
         base_url=f"http://127.0.0.1:{port}/v1",
         model=MODEL_ALIAS,

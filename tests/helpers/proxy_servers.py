@@ -81,8 +81,9 @@ class FakeUpstream:
             stating ``window``), ``openai-bare`` (the code, no window stated),
             ``anthropic`` (400 "prompt is too long: N tokens > window maximum"), ``413``.
         window: The window the refusal states.
-        recall_ids: While not empty and the request offers ``recall_tool_result``, the
-            answer calls it with the next of these ids (taken off the list).
+        recall_ids: While not empty and the request offers ``recall_tool_result`` (Responses:
+            whole answers only), the answer calls it with the next of these ids (taken off
+            the list).
         also_call: With ``recall_ids``, the answer also calls this other tool (mixed).
         follow_up_status: When set, a request carrying a recall result gets this status.
         script: When set, every chat, messages and responses answer is these bytes, as an
@@ -212,6 +213,23 @@ class FakeUpstream:
             body = item.json()
             raw = body.get("input")
             n = len(raw) if isinstance(raw, list) else 1
+            calls = None if body.get("stream") else self._recall_call(body)
+            if (
+                calls is not None
+            ):  # whole answers only; streamed recall: tests.helpers.recall_upstream
+                answer = _responses_answer(n)
+                answer["output"] = [
+                    {
+                        "type": "function_call",
+                        "id": f"fc_{c}",
+                        "call_id": c,
+                        "name": name,
+                        "arguments": args,
+                        "status": "completed",
+                    }
+                    for c, name, args in calls
+                ]
+                return JSONResponse(answer)
             if body.get("stream"):
                 return StreamingResponse(self._responses_stream(n), media_type="text/event-stream")
             return JSONResponse(_responses_answer(n))

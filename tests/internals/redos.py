@@ -24,21 +24,27 @@ from functools import cache
 from typing import Any
 
 from ctxcompact import from_openai
+from ctxcompact._controller.markers import NAMED_RE
 from ctxcompact._tokens import windows as _models
 from ctxcompact._tokens.windows import context_window, parse_context_error, says_context_too_long
 from ctxcompact.kit import (
+    CLEARED_RE,
+    DROP_NOTE_RE,
     HIDDEN_PLACEHOLDER,
     KLIP13_PLACEHOLDER,
+    RANGE_NOTE_RE,
     SCHEMA1_PLACEHOLDER,
     SCHEMA1_SEED_PLACEHOLDER,
+    TRUNCATION_RE,
     _errors,
     placeholder_pattern,
 )
 from ctxcompact.proxy._json import _CHARSET, BodyError, check_charset
+from ctxcompact.replay import _recoverable
 from ctxcompact.replay._referenced import distinctive_tokens
 from ctxcompact.store import DEFAULT_RECALL_TEMPLATE
 from ctxcompact.store._recall import _LineFilter
-from ctxcompact.strategies import _fit, _summary, _truncation
+from ctxcompact.strategies import _summary
 from tests.helpers.traces import load_trace, trace_names
 
 BUILTIN_TEMPLATES = {
@@ -173,6 +179,11 @@ def _placeholder_checks() -> list[ContentMatcher]:
     return out
 
 
+def _listed(found: object) -> object:
+    """A finder's result, iterators read to the end (a search's match as it is)."""
+    return found if found is None or isinstance(found, (re.Match, list)) else list(found)  # type: ignore[call-overload]
+
+
 def _recall_check(pattern: str) -> Callable[[str], object]:
     matches = _LineFilter(pattern).matches
     return lambda text: sum(1 for line in text.splitlines() if matches(line))
@@ -218,20 +229,21 @@ def content_matchers() -> list[ContentMatcher]:
             "referenced.tokens", distinctive_tokens, fragments_of("a_b aB ~/ ./ 1234.py")
         )
     )
-    out.append(
-        ContentMatcher(
-            "guard.drop_marker",
-            _fit._DROP_MARKER_RE.search,
-            fragments_of(_fit._DROP_MARKER_RE.pattern),
+    # The markers ctxcompact reads back from the view (any message may hold text that looks
+    # like one: a tool result can be crafted).
+    for name, pattern, match in (
+        ("markers.drop_note", DROP_NOTE_RE, DROP_NOTE_RE.search),
+        ("markers.range_note", RANGE_NOTE_RE, RANGE_NOTE_RE.search),
+        ("markers.truncation", TRUNCATION_RE, TRUNCATION_RE.finditer),
+        ("markers.cleared", CLEARED_RE, CLEARED_RE.findall),
+        ("markers.named", NAMED_RE, NAMED_RE.search),
+        ("recoverable.quoted", _recoverable._QUOTED, _recoverable._QUOTED.findall),
+        ("recoverable.results", _recoverable._RESULTS, _recoverable._listed),
+        ("recoverable.range_row", _recoverable._RANGE_ROW, _recoverable._RANGE_ROW.findall),
+    ):
+        out.append(
+            ContentMatcher(name, lambda t, m=match: _listed(m(t)), fragments_of(pattern.pattern))
         )
-    )
-    out.append(
-        ContentMatcher(
-            "truncation.marker",
-            lambda t: _truncation._MARKER_RE.match(t, 0),
-            fragments_of(_truncation._MARKER_RE.pattern),
-        )
-    )
     # What the proxy reads of what it receives: an upstream's error body (is it "too long"?)
     # and a client's Content-Type (its charset).
     out.append(

@@ -77,6 +77,92 @@ def test_a_strategy_that_never_fired_is_no_change() -> None:
     assert "(100.0% of no compaction)" in text
 
 
+def test_a_trigger_that_fired_is_never_reported_as_not_reached() -> None:
+    # The strategy ran three times and changed nothing (its runs were no-ops).
+    same = ReplayStats(calls=4, triggers=3, input_tokens=1000, peak_context_tokens=400, cost=200.0)
+    text = replay_text(settings("context-guard"), [FileReplay("a.json", 9, BASE, (same,))])
+    assert "never reached the trigger" not in text
+    assert "context-guard: no change: the trigger fired 3 times and the strategy found " in text
+
+
+def over(calls_over_window: int, cost: float) -> ReplayStats:
+    return ReplayStats(
+        calls=10,
+        compactions=2,
+        input_tokens=500,
+        peak_context_tokens=300,
+        cost=cost,
+        calls_over_window=calls_over_window,
+        context_tokens=[1] * 10,
+    )
+
+
+def test_the_verdict_ranks_the_window_first_and_the_cost_second() -> None:
+    base = ReplayStats(calls=10, input_tokens=1000, peak_context_tokens=400, cost=200.0,
+                       calls_over_window=6, context_tokens=[1] * 10)  # fmt: skip
+    runs = (over(4, 100.0), over(0, 230.0), over(0, 150.0), over(4, 90.0))
+    labels = ("cheap-but-over", "fits-dear", "fits-cheaper", "cheapest-over")
+    text = replay_text(settings(*labels), [FileReplay("a.json", 9, base, runs)])
+    verdict = text[text.index("verdict") :].splitlines()
+    assert verdict[0] == "verdict (calls over the window first, then the cache-adjusted cost):"
+    assert verdict[1].startswith("  no compaction could not have run: 6 of 10 calls are over")
+    ranked = [line.split(":")[0].strip() for line in verdict if line.startswith("  ") and
+              line.strip()[:2] in ("1.", "2.", "3.", "4.")]  # fmt: skip
+    assert ranked == ["1. fits-cheaper", "2. fits-dear", "3. cheapest-over", "4. cheap-but-over"]
+    assert "cheapest-over: does not keep the window: 4 of 10 calls still over the window" in text
+    # "Saves" is never said of a run over the window, nor LOSS of one against this baseline.
+    assert "saves" not in "\n".join(verdict)
+    assert "LOSS" not in text.replace("LOSS: above 100%", "")
+    assert (
+        "fits-dear: keeps the window (every one of its 10 calls fits the window); cost 115.0%"
+        in text
+    )
+    assert "(above a baseline that could not run)" in text
+
+
+def test_two_runs_of_one_strategy_get_distinct_labels(capsys: pytest.CaptureFixture[str]) -> None:
+    trace = TRACES_DIR / "msa-gemini3pro__astropy__astropy-8872.json"
+    assert main(["replay", str(trace), "--strategy", "tool-result-hiding", "--strategy",
+                 "tool-result-hiding", "--param", "preserve_recent_n=3", "--strategy",
+                 "schema1-masking", "--json", "--no-progress"]) == 0  # fmt: skip
+    import json
+
+    labels = json.loads(capsys.readouterr().out)["settings"]["strategies"]
+    assert labels == [
+        "tool-result-hiding",
+        "tool-result-hiding (preserve_recent_n=3)",
+        "schema1-masking",
+    ]
+
+
+def test_advice_does_not_repeat_a_setting_already_given() -> None:
+    fresh = advice("tool-result-hiding", 12_000)
+    assert "--param clear_at_least=4000" in fresh
+    assert "--param batch_turns=5" in fresh
+    given = advice("tool-result-hiding", 12_000, {"clear_at_least": 4000})
+    assert "clear_at_least" not in given
+    assert "--param batch_turns=5" in given
+    other = advice("tool-result-hiding", 12_000, {"clear_at_least": 500})
+    assert "--param clear_at_least=4000 (only once that many tokens are freed) (this run: " in other
+    both = advice("tool-result-hiding", 12_000, {"clear_at_least": 4000, "batch_turns": 5})
+    assert "--param" not in both
+    assert "already given (clear_at_least=4000, batch_turns=5)" in both
+
+
+def test_the_summarizer_timing_says_what_was_awaited_and_what_ran_in_the_background() -> None:
+    summarized = ReplayStats(
+        calls=4, compactions=2, input_tokens=500, peak_context_tokens=300, cost=120.0,
+        summarizer_calls=3, summarizer_background_calls=2, summarizer_background_s=12.5,
+        summarizer_hot_calls=1, summarizer_hot_s=4.0, hot_calls_after_first=0, ahead_used=1,
+        context_tokens=[1, 2, 3, 4],
+    )  # fmt: skip
+    text = replay_text(settings("llm-summary"), [FileReplay("a.json", 9, BASE, (summarized,))])
+    assert (
+        "    summarizer: 2 call(s) in the background (12.5 s), 1 on the hot path (4.0 s, 0 after "
+        "the first compaction); summaries made ahead used by 1 compaction(s)"
+    ) in text
+
+
 def test_several_files_list_where_a_strategy_loses_even_when_the_total_saves() -> None:
     replays = [
         FileReplay("dir/a.json", 9, BASE, (stats(500, 100.0), stats(600, 120.0))),
@@ -87,7 +173,9 @@ def test_several_files_list_where_a_strategy_loses_even_when_the_total_saves() -
     assert [row.rsplit("  ", 1)[-1] for row in rows] == ["saves", "saves", "LOSS (cost)", "saves"]
     assert "(percentages are of no compaction; LOSS: above 100%" in text
     assert "400 (100.0%)" in text  # the total cost of hiding: 100 + 300 against 400
-    hiding = text[text.index("  tool-result-hiding:") :]
+    # Both keep the window: ranked by cost, the custom strategy (300) before hiding (400).
+    assert "  1. my.pkg:Custom: saves" in text
+    hiding = text[text.index("  2. tool-result-hiding:") :]
     assert hiding.splitlines()[1] == "    loses on 1 of 2 files: b.json (cost 150.0%)"
     assert "try: rewrite old results in batches" in hiding.splitlines()[2]
     # The custom strategy saves on both files: no advice for it.
@@ -116,27 +204,29 @@ def test_advice_names_a_setting_of_that_strategy(label: str, expected: str) -> N
     assert expected in advice(label, 12_000)
 
 
-def test_a_real_losing_trace_gets_the_loss_and_the_advice(
-    capsys: pytest.CaptureFixture[str],
+def test_a_real_trace_over_the_window_gets_the_window_verdict_and_advice_that_holds(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     # Schema 1 moving its boundary at every turn (its default before issue 21) costs more
-    # than no compaction on this mini-swe-agent trace.
+    # than no compaction on this mini-swe-agent trace, but no compaction could not have run
+    # (12 of 20 calls over the window): the window decides, not a LOSS against a run that
+    # would have failed.
     trace = TRACES_DIR / "msa-gemini3pro__astropy__astropy-12907.json"
     every_turn = ["--strategy", "schema1-masking", "--param", "batch_turns=0"]
     assert main(["replay", str(trace), *every_turn, "--no-progress"]) == 0
     text = capsys.readouterr().out
-    cost = re.search(r"cost, cache-adjusted .*\((\d+\.\d)% of no compaction, LOSS\)", text)
-    assert cost, text
-    assert float(cost[1]) > 100
-    assert "try: rewrite old results in batches" in text
-    # And the advice holds: with it, the same trace costs less.
-    assert main(["replay", str(trace), *every_turn, "--no-progress",
-                 "--param", "clear_at_least=4000"]) == 0  # fmt: skip
-    after = re.search(
-        r"cost, cache-adjusted .*\((\d+\.\d)% of no compaction", capsys.readouterr().out
-    )
-    assert after
-    assert float(after[1]) < float(cost[1])
+    assert "no compaction could not have run: 12 of 20 calls are over the window" in text
+    assert "schema1-masking: does not keep the window: 8 of 20 calls still over the window" in text
+    assert "LOSS" not in text.split("verdict")[1]
+    assert not re.search(r"\(\d+\.\d% of no compaction, LOSS\)", text)
+    advised = 'steps = ["schema1-masking", "context-guard"]'
+    assert "try: end it with the guard" in text
+    assert advised in text
+    # And the advice holds: with it, every call of the same trace fits.
+    config = tmp_path / "guarded.toml"
+    config.write_text(f'[compaction]\nstrategy = "pipeline"\n[compaction.params]\n{advised}\n')
+    assert main(["replay", str(trace), "--config", str(config), "--no-progress"]) == 0
+    assert "pipeline: keeps the window (every one of its 20 calls fits" in capsys.readouterr().out
 
 
 # -- the plot ----------------------------------------------------------------------------------
@@ -209,3 +299,40 @@ def test_a_verdict_says_when_every_compaction_failed_rather_than_never_triggered
     text = replay_text(settings, [FileReplay("a.json", 6, baseline, (failing,))])
     assert "all 2 compaction attempts failed" in text
     assert "never reached the trigger" not in text
+
+
+@pytest.mark.parametrize("runs", [1, 3])
+def test_the_titles_and_the_legend_never_overlap_a_panel_and_fit_the_figure(runs: int) -> None:
+    labels = ("tool-result-hiding", "schema1-masking (window_turns=4)", "context-guard")[:runs]
+    recorded = ReplayStats(
+        calls=4, compactions=1, context_tokens=[100, 200, 150, 250], compaction_calls=[3],
+        failed_calls=[2], call_costs=[10.0, 20.0, 150.0, 30.0], cache_break_calls=[3],
+    )  # fmt: skip
+    base = ReplayStats(calls=4, context_tokens=[100, 200, 300, 400], call_costs=[10, 20, 30, 40])
+    name = "/traces/" + "a-long-trace-name-" * 3 + ".json"
+    replays = [FileReplay(f"{name}{k}", 9, base, (recorded,) * runs) for k in range(4)]
+    fig = draw_replays(settings(*labels), replays)
+    try:
+        fig.canvas.draw()
+        renderer = fig.canvas.get_renderer()
+        whole = fig.bbox
+        title = fig._suptitle.get_window_extent(renderer)
+        (legend,) = fig.legends
+        legend_box = legend.get_window_extent(renderer)
+        visible = [ax for ax in fig.axes if ax.get_visible()]
+        assert all(ax.get_legend() is None for ax in visible)  # one legend, for the figure
+        texts = [t.get_text() for t in legend.get_texts()]
+        assert texts[: runs + 1] == ["no compaction", *labels]
+        for box in (title, legend_box):  # inside the figure: nothing cut
+            assert whole.x0 <= box.x0
+            assert box.x1 <= whole.x1
+            assert whole.y0 <= box.y0
+            assert box.y1 <= whole.y1
+        for ax in visible:
+            panel = ax.get_tightbbox(renderer)  # the panel with its labels and its title
+            assert not panel.overlaps(title), ax.get_title()
+            assert not panel.overlaps(legend_box), ax.get_title()
+    finally:
+        import matplotlib.pyplot as plt
+
+        plt.close(fig)

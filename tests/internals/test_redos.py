@@ -300,5 +300,5 @@ def test_every_content_matcher_grows_linearly_on_adversarial_input(
 def test_the_matcher_list_covers_every_content_regex_module() -> None:
     names = {m.name.split(".")[0] for m in MATCHERS}
     assert {"placeholder", "error", "error_reason", "parse_context_error", "summary"} <= names
-    assert {"referenced", "guard", "truncation", "proxy", "recall"} <= names
+    assert {"referenced", "markers", "recoverable", "proxy", "recall"} <= names
     assert len([m for m in MATCHERS if m.name.startswith("error.")]) >= 19

@@ -87,9 +87,11 @@ class StrategyOptions(TypedDict, total=False):
     """Per-request strategies applied to each request, never to the stored history
     (Schema 1 masking, a context guard...)."""
     store: OriginalsStore | None
-    """An originals store (:mod:`ctxcompact.store`): every message compaction, a transform or
-    ``tool_result_truncation`` takes out of the model's view is kept there, by tool-call id.
-    Its failures never stop the agent (logged at WARNING)."""
+    """An originals store (:mod:`ctxcompact.store`): every original compaction, a transform or
+    ``tool_result_truncation`` takes out of the model's view is kept there, by its recall
+    handle. Not given: a :class:`~ctxcompact.store.MemoryStore` of the agent's own, bounded at
+    :data:`~ctxcompact.store.DEFAULT_MEMORY_STORE_BYTES`; ``None``: no store. Its failures
+    never stop the agent (logged at WARNING)."""
     recall_placeholder: str | None
     """With ``recall=True``, the template of the placeholders of hidden and masked results
     (``{tool_call_id}``, ``{tool_name}``); default
@@ -113,7 +115,8 @@ def _short_form_controller(
     placeholder = options.get("recall_placeholder")
     if placeholder is not None and not recall:
         raise UserError("recall_placeholder= is the recall text: pass recall=True too")
-    store = options.get("store")
+    # No store= at all: the controller's default, a bounded MemoryStore of its own.
+    store: OriginalsStore | Literal["memory"] | None = options.get("store", "memory")
     max_size = options.get("max_context_size")
     reserved = options.get("reserved_context_size")
     return CompactionController(
@@ -347,7 +350,8 @@ class Agent:
 
     async def aclose(self) -> None:
         """Close the models and the store this agent built from a config file (not the ones
-        passed in)."""
+        passed in), after cancelling a summary still being made ahead of time."""
+        self.controller.state.ahead.cancel()
         owned, self._owned = self._owned, []
         for llm in owned:
             close = getattr(llm, "aclose", None)
@@ -508,11 +512,21 @@ class Agent:
             return
         start = len(self.history)
         cut = [truncation.truncate_message(m) for m in results]
-        self.history.extend(cut)
         if self.store is not None:
-            # The cut copies are not originals: the store keeps the whole ones instead.
+            # The cut copies are not originals: the store keeps the whole ones instead, and
+            # with recall their markers name the handle to recall them with.
+            kept = store_cut_results(
+                self.store,
+                self.controller.store_namespace,
+                start,
+                results,
+                cut,
+                history=self.history,
+                recall=self.controller.recall,
+            )
+            cut = cut if kept is None else kept
             self.controller.state.produced.add(results, cut)
-            store_cut_results(self.store, self.controller.store_namespace, start, results, cut)
+        self.history.extend(cut)
 
 
 def _error_result(call: ToolCall, text: str) -> Message:

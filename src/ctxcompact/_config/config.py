@@ -23,6 +23,7 @@ from .._defaults import (
     DEFAULT_MAX_FAILURES,
     DEFAULT_MAX_STEPS,
     DEFAULT_MIN_PROGRESS,
+    DEFAULT_PRECOMPUTE_RATIO,
     DEFAULT_RESERVED_CONTEXT_SIZE,
     MAX_RECALL_ROUNDS,
     TRIGGER_RATIO_RANGE,
@@ -31,6 +32,7 @@ from .._plugins.loader import params_problem, spec_problem
 from .._tokens.pricing import PRICING, REWRITE_PRICING, Pricing, provider
 from .._tokens.windows import context_window
 from ..exceptions import ConfigError
+from ..kit import PinRules
 from ..strategies._guard import ContextGuard
 from ..strategies._schema1 import Schema1Masking
 from ..strategies._truncation import ToolResultTruncation
@@ -48,6 +50,7 @@ __all__ = [
     "CompactionConfig",
     "Config",
     "ContextGuardConfig",
+    "FallbackConfig",
     "LLMConfig",
     "ObservationMaskingConfig",
     "PricingConfig",
@@ -70,15 +73,16 @@ class _Table(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, validate_assignment=True)
 
 
-class LLMConfig(_Table):
-    """The model a strategy summarizes with (``[compaction.llm]``) or an agent runs on.
+class FallbackConfig(_Table):
+    """One model of ``[compaction.llm] fallbacks``: every key of :class:`LLMConfig` but
+    ``fallbacks`` (the chain is one flat list).
 
     The API key is never stored: :meth:`api_key` reads the environment variable named by
     ``api_key_env`` each time it is called, so it cannot leak through a repr, a log or an
     error message.
 
     Example:
-        >>> LLMConfig(provider="anthropic", model="claude-sonnet-4-5").api_key_env
+        >>> FallbackConfig(provider="anthropic", model="claude-haiku-4-5").api_key_env
         'ANTHROPIC_API_KEY'
     """
 
@@ -135,6 +139,25 @@ class LLMConfig(_Table):
         return os.environ.get(self.api_key_env) or None
 
 
+class LLMConfig(FallbackConfig):
+    """The model a strategy summarizes with (``[compaction.llm]``) or an agent runs on.
+
+    The API key is never stored: :meth:`api_key` reads the environment variable named by
+    ``api_key_env`` each time it is called, so it cannot leak through a repr, a log or an
+    error message.
+
+    Example:
+        >>> LLMConfig(provider="anthropic", model="claude-sonnet-4-5").api_key_env
+        'ANTHROPIC_API_KEY'
+    """
+
+    fallbacks: list[FallbackConfig] = Field(default_factory=list)
+    """``[compaction.llm]`` only: the models to summarize with, in order, when this one fails
+    (:class:`~ctxcompact.llm.FallbackLLM`), each a table with the same keys but
+    ``fallbacks``, each in its own circuit breaker. The summarizer's request is fitted to the
+    smallest window among them."""
+
+
 class CompactionConfig(_Table):
     """``[compaction]``: which strategy runs, and when (KLIP-13).
 
@@ -158,6 +181,12 @@ class CompactionConfig(_Table):
     max_failures: int = Field(default=DEFAULT_MAX_FAILURES, ge=1)
     cache_ttl: float | None = Field(default=None, gt=0)
     cache_pricing: str | None = Field(default=None, min_length=1)
+    precompute_ratio: float = Field(default=DEFAULT_PRECOMPUTE_RATIO, ge=0.0, lt=1.0)
+    """Fraction of the trigger at which a summarizing strategy starts its summary in the
+    background, to swap it in when the trigger fires (``0``: only at the trigger)."""
+    pin_patterns: list[str] = Field(default_factory=list)
+    """Messages whose text matches one of these (texts, or RE2 patterns) are pinned: never
+    dropped or summarised away (:class:`ctxcompact.kit.PinRules`)."""
     params: dict[str, object] = Field(default_factory=dict)
     llm: LLMConfig | None = None
 
@@ -167,6 +196,15 @@ class CompactionConfig(_Table):
         problem = spec_problem(value)
         if problem is not None:
             raise ValueError(f"{problem}, such as 'hiding-then-summary'")
+        return value
+
+    @_field_validator("pin_patterns")
+    @classmethod
+    def _pins(cls, value: list[str]) -> list[str]:
+        try:
+            PinRules(value)
+        except ConfigError as exc:
+            raise ValueError(exc.message) from None
         return value
 
     @model_validator(mode="after")
@@ -253,6 +291,17 @@ class AgentConfig(_Table):
     max_steps: int = Field(default=DEFAULT_MAX_STEPS, ge=1)
     system_prompt: str | None = None
     llm: LLMConfig | None = None
+
+    @model_validator(mode="after")
+    def _no_fallbacks(self) -> AgentConfig:
+        if self.llm is not None and self.llm.fallbacks:
+            raise field_error(
+                type(self),
+                ("llm", "fallbacks"),
+                "only the summarizer ([compaction.llm]) has fallbacks",
+                "[...]",
+            )
+        return self
 
 
 class ProxyConfig(_Table):

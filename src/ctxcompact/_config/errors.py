@@ -86,6 +86,8 @@ def _unknown_key(loc: tuple[str, ...], root: type[BaseModel]) -> str:
 def _model_at(root: type[BaseModel], loc: tuple[str, ...]) -> type[BaseModel] | None:
     model: type[BaseModel] | None = root
     for part in loc:
+        if part.isdigit() and model is not None:  # an item of a list of tables
+            continue
         if model is None or part not in model.model_fields:
             return None
         model = _submodel(model.model_fields[part].annotation)

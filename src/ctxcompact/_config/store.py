@@ -15,8 +15,8 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from ..exceptions import ConfigError
+from ..kit import DEFAULT_RECALL_TEMPLATE, recall_placeholder
 from ..store._memory import DEFAULT_MAX_BYTES
-from ..store._recall import DEFAULT_RECALL_TEMPLATE, recall_placeholder
 
 __all__ = ["StoreConfig"]
 
@@ -28,6 +28,10 @@ MEMORY_PATH = ":memory:"
 class StoreConfig(BaseModel):
     """``[store]``: keep what compaction removes, and let the model recall it.
 
+    ``recall = true``: every marker names the handle to recall its original with
+    (:mod:`ctxcompact.kit._markers`); off by default here, because the recall forms cost tokens
+    a configured pipeline was tuned without (+3 points of input for
+    ``examples/recommended.toml`` on the public traces).
     ``path`` is a SQLite file (``~`` expanded, relative to the config file's folder); ``url``
     a Redis server (``redis://[[user]:password@]host[:port][/db]``, ``rediss://`` or
     ``unix://``; the ``redis`` extra), which processes on several machines share: give every

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeGuard, runtime_checkable
 
@@ -17,11 +17,14 @@ __all__ = [
     "Completion",
     "Dependencies",
     "NeedsLLM",
+    "SummarizesAhead",
+    "SummaryAhead",
     "ToolSpec",
     "Usage",
     "WindowedLLM",
     "has_context_window",
     "needs_llm",
+    "summarizes_ahead",
 ]
 
 CompactionOutput = Sequence[Message] | None
@@ -173,6 +176,35 @@ def needs_llm(strategy: object) -> bool:
 
 
 @dataclass(frozen=True, slots=True)
+class SummaryAhead:
+    """A summary made ahead of the trigger, in the background, of the start of a history.
+
+    It stands for ``history[start:end]`` of the history it was made from (system messages
+    among those are kept, before it); the messages from ``end`` on stay as they are. The
+    controller hands it to the run that the trigger starts (``CompactionContext.ahead``) only
+    while the conversation still starts with the very messages it was made from, and sets
+    ``history_length`` to the length of the history that run gets: a strategy (or a tier of
+    one) uses it only on a history of that length, whose positions line up with it.
+
+    Attributes:
+        start: Index of the first message it replaces (after the leading system messages).
+        end: Index after the last message it replaces.
+        summary: The message that stands for them.
+        history_length: The length of the history the run was given (the controller's).
+
+    Example:
+        >>> ahead = SummaryAhead(1, 5, Message.user("[summary] the bug was in parse()"), 9)
+        >>> ahead.end - ahead.start
+        4
+    """
+
+    start: int
+    end: int
+    summary: Message
+    history_length: int
+
+
+@dataclass(frozen=True, slots=True)
 class CompactionContext:
     """Everything a strategy may look at when it runs (KLIP-13, plus a token counter).
 
@@ -187,6 +219,17 @@ class CompactionContext:
             when known: per-request transforms that trim to the window keep it free.
         tools: The tools the live request offers, when known: a cache-aligned summary sends
             them so the provider reads its cached prefix.
+        ahead: A summary made ahead of this run, in the background, of the start of
+            ``history`` (:class:`SummaryAhead`), when the controller has one: a summarizing
+            strategy puts it in place instead of calling its model now.
+        recall: The controller keeps what the rewrite removes and its markers name the
+            recall tool: a strategy that budgets counts its markers in their recall forms
+            (:mod:`ctxcompact.kit`'s ``truncation_marker``, ``drop_note``), which the
+            controller then fills with the real handles.
+        pin: The user's pins (``pin_patterns``, a predicate): ``message -> bool``. System
+            messages and the first and newest user messages are pinned whatever it says;
+            :func:`ctxcompact.kit.pinned_indices` gives them all. No built-in strategy drops,
+            hides or summarises a pinned message away.
 
     Example:
         >>> ctx = CompactionContext([Message.user("hi")], 10, 1000, 100)
@@ -202,6 +245,37 @@ class CompactionContext:
     token_counter: TokenCounter = field(default_factory=HeuristicTokenCounter)
     max_output_tokens: int | None = None
     tools: Sequence[ToolSpec] | None = None
+    ahead: SummaryAhead | None = None
+    recall: bool = False
+    pin: Callable[[Message], bool] | None = None
+
+
+@runtime_checkable
+class SummarizesAhead(Protocol):
+    """An optional ability of a strategy: it can make its summary before the trigger fires.
+
+    When the conversation reaches ``precompute_ratio`` of the trigger, the controller runs
+    :meth:`summarize_ahead` in the background (an asyncio task of the conversation's state),
+    while the agent goes on with the history as it is, so the prompt cache holds; when the
+    trigger fires, it hands the result to :meth:`CompactionStrategy.compact` as
+    ``ctx.ahead``, and the strategy swaps it in without waiting for its model. The history
+    ``ctx`` holds is the one it will compact later, minus what comes in meanwhile.
+
+    Example:
+        >>> from ctxcompact.strategies import LLMSummary, ToolResultHiding
+        >>> summarizes_ahead(LLMSummary()), summarizes_ahead(ToolResultHiding())
+        (True, False)
+    """
+
+    async def summarize_ahead(self, ctx: CompactionContext) -> SummaryAhead | None:
+        """The summary the next compaction of ``ctx.history`` would put in place, made now;
+        ``None`` when none would be needed or there is nothing to summarize."""
+        ...
+
+
+def summarizes_ahead(strategy: object) -> TypeGuard[SummarizesAhead]:
+    """Whether ``strategy`` can make its summary ahead of time (see :class:`SummarizesAhead`)."""
+    return isinstance(strategy, SummarizesAhead)
 
 
 @runtime_checkable

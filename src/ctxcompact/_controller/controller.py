@@ -18,24 +18,29 @@ knows that *some* builder may be installed.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Literal, Protocol
 
-from .._contract.protocols import CompactionContext, CompactionStrategy
+from .._contract.protocols import CompactionContext, CompactionStrategy, summarizes_ahead
 from .._defaults import (
     DEFAULT_MAX_FAILURES,
     DEFAULT_MIN_PROGRESS,
+    DEFAULT_PRECOMPUTE_RATIO,
     DEFAULT_RESERVED_CONTEXT_SIZE,
     TRIGGER_RATIO_RANGE,
 )
 from .._tokens.counters import HeuristicTokenCounter, TokenCounter
-from ..exceptions import ConfigError, LLMUnavailableError, UserError
+from ..exceptions import ConfigError, LLMUnavailableError, NotSmallerError, UserError
+from ..kit import PinRules
 from ..llm._breaker import LLMOutages, watch_outages
+from ..store._memory import DEFAULT_MEMORY_STORE_BYTES, MemoryStore
 from ..store._records import DEFAULT_NAMESPACE
 from .events import (
+    AheadUse,
     CompactionEvent,
     CompactionResult,
     EventStatus,
@@ -48,6 +53,7 @@ from .events import (
     strategy_name,
 )
 from .payback import REWRITE_PRICING, payback
+from .pins import restore_pins
 from .problems import Problem, describe_error
 from .state import ControllerState
 from .store_hook import StoreHook
@@ -58,7 +64,7 @@ if TYPE_CHECKING:
 
     from opentelemetry.trace import Span
 
-    from .._contract.protocols import LLM, ToolSpec, Usage
+    from .._contract.protocols import LLM, SummaryAhead, ToolSpec, Usage
     from .._history.messages import Message
     from .._tokens.pricing import Pricing
     from ..llm._breaker import OutageStatus
@@ -121,11 +127,25 @@ class CompactionController:
     original; both are reported in the returned event, to ``on_event`` and to the
     ``ctxcompact.controller`` logger.
 
+    Nothing is lost for good: by default the controller keeps every original a compaction or
+    a transform removes in a bounded :class:`~ctxcompact.store.MemoryStore` of its own
+    (``store``), and with ``recall_placeholder`` every marker left in the view names the handle
+    to recall it with (offer the model :func:`ctxcompact.store.recall_tool` of
+    ``controller.store``; the :class:`~ctxcompact.Agent` does). The messages the
+    user pins (``pin``, ``pin_patterns``) are checked after every rewrite and put back when a
+    strategy lost them (a ``pin_restored`` problem); the built-in guard also keeps system
+    messages and the first and newest user message.
+
     Loop guards: when a run saves less than ``min_progress`` of the (estimated) tokens, the
     controller waits until the history has grown by that fraction before trying again;
     after ``max_failures`` consecutive failures (raised or rejected) the circuit opens and
     triggered runs stop. ``compact(force=True)`` (the provider said the context is too long)
-    bypasses both guards; its success closes the circuit. :meth:`reset` clears them.
+    bypasses both guards; its success closes the circuit. :meth:`reset` clears them. Every
+    compaction must shrink the history: an output not smaller than its input (in the
+    counter's estimate), or a strategy raising :class:`~ctxcompact.exceptions.NotSmallerError`,
+    leaves the history as it was (a ``noop`` with a ``not_smaller`` problem, not a failure),
+    and the next run waits for the history to grow by ``min_progress``: never a loop that
+    fires at every call.
 
     Args:
         strategy: How to rewrite the history.
@@ -140,15 +160,24 @@ class CompactionController:
         on_event: Called with every event (exceptions it raises are logged, not raised).
         min_progress: Minimum fraction of tokens a run must save to be retried at once.
         max_failures: Consecutive failures that open the circuit.
-        store: An originals store (:mod:`ctxcompact.store`): every message a compaction or
-            a transform removes from what the model sees is recorded there, by tool-call id.
-            A store failure never blocks a rewrite: it is logged at WARNING and reported in
-            ``CompactionResult.store_problem`` / ``PreparedRequest.store_problem``.
+        store: An originals store (:mod:`ctxcompact.store`): every original a compaction or a
+            transform removes from what the model sees is recorded there, by its recall
+            handle. ``"memory"`` (the default): a :class:`~ctxcompact.store.MemoryStore` of
+            its own, bounded at :data:`~ctxcompact.store.DEFAULT_MEMORY_STORE_BYTES`;
+            ``None``: no store. A store failure or eviction never blocks a rewrite: it is
+            logged at WARNING and reported in ``CompactionResult.store_problem`` /
+            ``PreparedRequest.store_problem``.
         store_namespace: Whose originals these are in the store.
         recall_placeholder: With a store, a template (``{tool_call_id}``, ``{tool_name}``)
             that every hidden or masked tool result shows instead of the strategy's own
-            placeholder, so the model knows how to recall it (``None``: the strategies'
-            placeholders stay). See :mod:`ctxcompact._controller.store_hook` for the rules.
+            placeholder; every other marker (cuts, cleared arguments, the drop note,
+            summaries) then names its handle too, so the model knows how to recall it
+            (``None``: the strategies' markers stay). See
+            :mod:`ctxcompact._controller.store_hook` for the rules.
+        pin: Pins more messages: ``message -> bool``.
+        pin_patterns: Pins every message whose text matches one of these (literal texts, or
+            RE2 patterns: linear time whatever the pattern; see
+            :class:`ctxcompact.kit.PinRules` for the bounds).
         cache_ttl: Seconds after which the provider's prompt cache is cold: when more than
             this has passed since the last model call (:meth:`step` or
             :meth:`observe_usage`), the next :meth:`compact` runs the strategy even below
@@ -165,6 +194,14 @@ class CompactionController:
             dearest). ``None``: every valid rewrite is kept. Only a conversation state that
             has seen a model call (:meth:`step`, :meth:`observe_usage`) weighs: a fresh
             state per request, as the proxy's, cannot know what the provider cached.
+        precompute_ratio: With a strategy that can summarize ahead of time
+            (:class:`~ctxcompact.SummarizesAhead`: ``LLMSummary``, ``HidingThenSummary``, a
+            ``Pipeline`` with one of them), start its summary in the background once the
+            conversation reaches this fraction of the trigger (the KLIP-13 threshold, or
+            ``trigger_ratio``'s when lower), and swap it in when the trigger fires: the
+            prompt cache holds until then, and the agent does not wait for the summarizer
+            unless the summary is still being written (see :mod:`ctxcompact._controller.ahead`).
+            ``None`` or ``0``: summaries are written when the trigger fires.
 
     Example:
         >>> from ctxcompact import Message
@@ -194,12 +231,15 @@ class CompactionController:
         on_event: EventCallback | None = None,
         min_progress: float = DEFAULT_MIN_PROGRESS,
         max_failures: int = DEFAULT_MAX_FAILURES,
-        store: OriginalsStore | None = None,
+        store: OriginalsStore | Literal["memory"] | None = "memory",
         store_namespace: str = DEFAULT_NAMESPACE,
         recall_placeholder: str | None = None,
         cache_ttl: float | None = None,
         clock: Callable[[], float] = time.monotonic,
         cache_pricing: Pricing | None = REWRITE_PRICING,
+        precompute_ratio: float | None = DEFAULT_PRECOMPUTE_RATIO,
+        pin: Callable[[Message], bool] | None = None,
+        pin_patterns: Sequence[str] = (),
     ) -> None:
         if max_context_size <= 0:
             raise ConfigError(f"must be > 0, got {max_context_size}", key="max_context_size")
@@ -223,6 +263,10 @@ class CompactionController:
             raise ConfigError(f"must be >= 1, got {max_failures}", key="max_failures")
         if cache_ttl is not None and not cache_ttl > 0:
             raise ConfigError(f"must be > 0 seconds, got {cache_ttl}", key="cache_ttl")
+        if precompute_ratio is not None and not 0 <= precompute_ratio < 1:
+            raise ConfigError(
+                f"must be in [0, 1) (0: off), got {precompute_ratio}", key="precompute_ratio"
+            )
         self.strategy = strategy
         self.max_context_size = max_context_size
         self.reserved_context_size = reserved_context_size
@@ -237,6 +281,7 @@ class CompactionController:
         self.cache_ttl = cache_ttl
         self.clock = clock
         self.cache_pricing = cache_pricing
+        self.precompute_ratio = precompute_ratio or None
         self.state = ControllerState()
         """The conversation state used when a call passes none."""
         if recall_placeholder is not None and store is None:
@@ -244,6 +289,12 @@ class CompactionController:
                 "recall_placeholder= needs store=: placeholders may only promise a recall "
                 "when the originals are kept somewhere"
             )
+        if store == "memory":
+            store = MemoryStore(max_bytes=DEFAULT_MEMORY_STORE_BYTES)
+        elif isinstance(store, str):
+            raise UserError(f'store= takes a store, "memory" or None, got {store!r}')
+        self.pin_rules = PinRules(pin_patterns, predicate=pin)
+        """The user's pins (``pin``, ``pin_patterns``); the defaults apply besides."""
         self.store = store
         self.store_namespace = store_namespace
         self._store_hook = (
@@ -252,6 +303,11 @@ class CompactionController:
             else StoreHook(store, namespace=store_namespace, recall_template=recall_placeholder)
         )
         self.recall_placeholder = recall_placeholder
+
+    @property
+    def recall(self) -> bool:
+        """Whether markers name the recall tool (a store and a ``recall_placeholder``)."""
+        return self._store_hook is not None and self._store_hook.recall
 
     @classmethod
     def from_config(
@@ -387,15 +443,21 @@ class CompactionController:
         )
         attempt = self._decide(history, st, force=force, reserved=reserved)
         if isinstance(attempt, CompactionResult):
-            if attempt.event is not None:  # decided without a run: a span all the same
+            if attempt.event is None:  # below the trigger: maybe time to summarize ahead
+                self._start_ahead(history, st, reserved, tools)
+            else:  # decided without a run: a span all the same
                 with compaction_span() as span:
                     self._describe(span, attempt.event, reserved)
             return attempt
         # The span is current during the run: the summarizer's own spans are its children.
         with compaction_span() as span:
-            ran = await self._run(attempt, tools)
+            ahead, waited = await st.ahead.take(history)
+            ran = await self._run(attempt, tools, ahead, waited)
             result = ran if isinstance(ran, CompactionResult) else await self._accept(attempt, ran)
             self._describe(span, result.event, reserved)
+        if not isinstance(ran, CompactionResult) and result.changed:
+            # Still near the trigger: the next summary starts now.
+            self._start_ahead(result.history, st, reserved, tools)
         return result
 
     def _describe(self, span: Span | None, event: CompactionEvent | None, reserved: int) -> None:
@@ -406,6 +468,123 @@ class CompactionController:
                 max_context_size=self.max_context_size,
                 reserved_context_size=reserved,
             )
+
+    # -- summaries ahead of time ---------------------------------------------------------------
+
+    def _ahead_point(self, reserved: int) -> float | None:
+        """The token count from which a summary is made ahead (``None``: never)."""
+        ratio = self.precompute_ratio
+        if ratio is None or not summarizes_ahead(self.strategy):
+            return None
+        trigger = float(self.max_context_size - reserved)
+        if self.trigger_ratio is not None:
+            trigger = min(trigger, self.trigger_ratio * self.max_context_size)
+        return ratio * trigger
+
+    def ahead_due(
+        self,
+        history: Sequence[Message],
+        *,
+        state: ControllerState | None = None,
+        reserved_context_size: int | None = None,
+    ) -> bool:
+        """Whether ``history`` has reached the point where its summary is made ahead of the
+        trigger (``precompute_ratio``), with a strategy that can (the trigger itself is
+        not checked: at the trigger the summary is made by the run).
+
+        Example:
+            >>> from ctxcompact import Message
+            >>> from ctxcompact.strategies import LLMSummary
+            >>> c = CompactionController(LLMSummary(), max_context_size=1000,
+            ...                          reserved_context_size=200, precompute_ratio=0.5)
+            >>> c.ahead_due([Message.user("x " * 1000)]), c.ahead_due([Message.user("x")])
+            (True, False)
+        """
+        reserved = (
+            self.reserved_context_size if reserved_context_size is None else reserved_context_size
+        )
+        point = self._ahead_point(reserved)
+        return point is not None and self.token_count(history, state=state) >= point
+
+    def _start_ahead(
+        self,
+        history: Sequence[Message],
+        st: ControllerState,
+        reserved: int,
+        tools: Sequence[ToolSpec] | None,
+    ) -> None:
+        if not st.background or not summarizes_ahead(self.strategy):
+            return
+        if st.ahead.busy_for(history) or not self.ahead_due(
+            history, state=st, reserved_context_size=reserved
+        ):
+            return
+        ctx = self._context(history, self.token_count(history, state=st), reserved, tools)
+        st.ahead.start(history, self.strategy.summarize_ahead(ctx))
+
+    async def summarize_ahead(
+        self,
+        history: Sequence[Message],
+        *,
+        state: ControllerState | None = None,
+        reserved_context_size: int | None = None,
+        tools: Sequence[ToolSpec] | None = None,
+    ) -> SummaryAhead | None:
+        """The strategy's summary of ``history`` made now, for a later trigger: what the
+        background task runs, for callers that keep it themselves (the proxy keeps it in its
+        store, since its states last one request). ``None`` when the strategy cannot make
+        one, sees no need, or fails (logged; the trigger's run then summarizes)."""
+        strategy = self.strategy
+        if not summarizes_ahead(strategy):
+            return None
+        reserved = (
+            self.reserved_context_size if reserved_context_size is None else reserved_context_size
+        )
+        ctx = self._context(history, self.token_count(history, state=state), reserved, tools)
+        try:
+            return await strategy.summarize_ahead(ctx)
+        except Exception as exc:
+            logger.warning(
+                "summary ahead of time failed (%s); the trigger's run summarizes instead",
+                type(exc).__name__,
+            )
+            logger.debug("summary ahead of time failed: %s", exc)
+            return None
+
+    def offer_ahead(
+        self, history: Sequence[Message], ahead: SummaryAhead, *, state: ControllerState
+    ) -> None:
+        """Hand ``state`` a summary made ahead for the start of ``history`` (kept by the
+        caller, e.g. the proxy's store): the next triggered run gets it as ``ctx.ahead``."""
+        state.ahead.offer(history, ahead)
+
+    async def settle(self, *, state: ControllerState | None = None) -> None:
+        """Wait until the summary being made ahead for this conversation, if any, is done.
+
+        A replay calls it after each model call it bills, standing for the time the agent's
+        model takes to answer: the summary is written meanwhile, off the hot path."""
+        await (state or self.state).ahead.settle()
+
+    def _context(
+        self,
+        history: Sequence[Message],
+        tokens: int,
+        reserved: int,
+        tools: Sequence[ToolSpec] | None,
+        ahead: SummaryAhead | None = None,
+    ) -> CompactionContext:
+        return CompactionContext(
+            history=tuple(history),  # a copy: a faulty strategy cannot mutate it
+            token_count=tokens,
+            max_context_size=self.max_context_size,
+            reserved_context_size=reserved,
+            llm=self.llm,
+            token_counter=self.token_counter,
+            tools=tools,
+            ahead=ahead,
+            recall=self.recall,
+            pin=self.pin_rules or None,
+        )
 
     def _decide(
         self, history: Sequence[Message], st: ControllerState, *, force: bool, reserved: int
@@ -444,23 +623,30 @@ class CompactionController:
         return attempt
 
     async def _run(
-        self, attempt: _Attempt, tools: Sequence[ToolSpec] | None
+        self,
+        attempt: _Attempt,
+        tools: Sequence[ToolSpec] | None,
+        ahead: SummaryAhead | None = None,
+        waited: float = 0.0,
     ) -> _Output | CompactionResult:
-        """Run the strategy on a copy of the history; when it raises, the ``failed`` result."""
-        ctx = CompactionContext(
-            history=tuple(attempt.history),  # a copy: a faulty strategy cannot mutate it
-            token_count=attempt.tokens,
-            max_context_size=self.max_context_size,
-            reserved_context_size=attempt.reserved,
-            llm=self.llm,
-            token_counter=self.token_counter,
-            tools=tools,
-        )
+        """Run the strategy on a copy of the history, with the summary made ahead if any;
+        when it raises, the ``failed`` result."""
+        if ahead is not None:  # the positions it refers to are this history's
+            ahead = dataclasses.replace(ahead, history_length=len(attempt.history))
+            attempt = dataclasses.replace(attempt, ahead=ahead, waited=waited)
+        elif waited:
+            attempt = dataclasses.replace(attempt, waited=waited)
+        ctx = self._context(attempt.history, attempt.tokens, attempt.reserved, tools, ahead)
         outages = LLMOutages()
         start = time.perf_counter()
         try:
             with watch_outages() as outages:
                 output = await self.strategy.compact(ctx)
+        except NotSmallerError as exc:
+            # Nothing it could do would shrink the history: no failure, and no new run
+            # before the history has grown (not one per call).
+            duration = time.perf_counter() - start
+            return self._not_smaller(attempt, str(exc), duration, outages.status)
         except Exception as exc:
             # A refusal by the summarizer's open breaker is the breaker's to count: counted
             # here too, it would open this conversation's circuit, which no recovery closes.
@@ -471,10 +657,11 @@ class CompactionController:
             problems = (raised, *self._circuit_opened(attempt))
             duration = time.perf_counter() - start
             return self._unchanged(attempt, "failed", problems, duration, outages.status)
-        return _Output(output, time.perf_counter() - start, outages.status)
+        return _Output(output, time.perf_counter() - start, outages.status, attempt)
 
     async def _accept(self, attempt: _Attempt, ran: _Output) -> CompactionResult:
         """Keep the strategy's output when it is valid and worth it; record what was removed."""
+        attempt = ran.attempt or attempt  # with the summary made ahead, when there was one
         history, st, estimate, name = attempt.history, attempt.state, attempt.estimate, attempt.name
         output, duration, outage = ran.output, ran.duration, ran.outage
         if output is None or same_messages(output, history):
@@ -489,6 +676,9 @@ class CompactionController:
             rejected = Problem.fixed("output_rejected", reason, source=name)
             problems = (rejected, *self._circuit_opened(attempt))
             return self._unchanged(attempt, "rejected", problems, duration, outage)
+        if estimate and self.token_counter.count(output) >= estimate:
+            note = f"its output (~{self.token_counter.count(output)} tokens) is not smaller"
+            return self._not_smaller(attempt, note, duration, outage)
         if attempt.trigger == "cold" and estimate:
             freed = 1 - self.token_counter.count(output) / estimate
             if freed < self.min_progress:
@@ -512,12 +702,12 @@ class CompactionController:
                 st.retry_at = int(estimate * (1 + self.min_progress))
                 loss = Problem.fixed("no_payback", str(weighed), source=name)
                 return self._unchanged(attempt, "noop", (loss,), duration, outage)
-        result = list(output)
+        result, pins = self._restore_pins(history, output, name)
         store_problem: Problem | None = None
+        if same_messages(result, history):  # it only lost pins, which are back
+            return self._unchanged(attempt, "noop", pins, duration, outage)
         if self._store_hook is not None:  # after `duration`: recording is not the strategy's
-            result, store_problem = await self._store_hook.akeep(
-                history, result, st.produced, namespace=st.namespace
-            )
+            result, store_problem = await self._store_hook.akeep(history, result, st)
             if same_messages(result, history):  # only recall placeholders hidden again
                 st.failures = 0
                 st.retry_at = int(estimate * (1 + self.min_progress))
@@ -550,10 +740,11 @@ class CompactionController:
         event = attempt.event(
             "compacted",
             duration,
-            (),
+            pins,
             outage,
             after=(reported, len(result)),
             rewritten=rewritten,
+            output=result,
             cache_break=breaks_cache(history, result),
         )
         self._emit(event, st)
@@ -573,6 +764,49 @@ class CompactionController:
         freed = 1 - after / attempt.estimate if attempt.estimate else 1.0
         fits = after + attempt.reserved < self.max_context_size
         return fits and freed >= self.min_progress
+
+    def _not_smaller(
+        self, attempt: _Attempt, note: str, duration: float, outage: OutageStatus | None
+    ) -> CompactionResult:
+        """A run that would not shrink the history: kept as it was (a ``noop``, not a
+        failure), and the next run waits until the history has grown by ``min_progress``."""
+        st = attempt.state
+        st.failures = 0
+        if attempt.trigger != "cold":
+            st.retry_at = int(attempt.estimate * (1 + self.min_progress))
+        problem = Problem.fixed("not_smaller", note, source=attempt.name)
+        return self._unchanged(attempt, "noop", (problem,), duration, outage)
+
+    def _restore_pins(
+        self, history: Sequence[Message], output: Sequence[Message], name: str
+    ) -> tuple[list[Message], tuple[Problem, ...]]:
+        """``output`` with the pinned messages of ``history`` it lost put back, and the
+        ``pin_restored`` problem when there were some (logged at WARNING)."""
+        rules = self.pin_rules
+        if not rules:
+            return list(output), ()
+        try:
+            # What the user pinned. The default pins (system messages, the first and newest
+            # user message) are the strategies' to keep: the guard never drops them, a summary
+            # stands for the turns it replaces, and a strategy may document that it rewrites
+            # a system message.
+            pinned = frozenset(i for i, m in enumerate(history) if rules(m))
+            result, restored = restore_pins(history, output, pinned)
+        except Exception:  # a bug or a pin predicate that raised: the output stands as it is
+            logger.warning("checking the pins after %s raised; its output stands", name)
+            logger.debug("pin check raised", exc_info=True)
+            return list(output), ()
+        if not restored:
+            return result, ()
+        problem = Problem.fixed(
+            "pin_restored",
+            f"{name} lost {restored} pinned message(s) (pin, pin_patterns); the "
+            "controller put them back where they were",
+            source=name,
+            count=restored,
+        )
+        logger.warning("%s", problem.shown)
+        return result, (problem,)
 
     def _unchanged(
         self,
@@ -664,6 +898,8 @@ class CompactionController:
                 llm=self.llm,
                 token_counter=self.token_counter,
                 max_output_tokens=max_output_tokens,
+                recall=self.recall,
+                pin=self.pin_rules or None,
             )
             try:
                 output = await transform.compact(ctx)
@@ -684,13 +920,14 @@ class CompactionController:
                 logger.warning("%s, skipped", skipped[-1].shown)
                 logger.debug("transform %s output rejected: %s", name, reason)
                 continue
-            current = list(output)
+            restored, pins = self._restore_pins(current, output, name)
+            skipped.extend(pins)
+            current = restored
             tokens = self.token_counter.count(current)
         store_problem: Problem | None = None
         if self._store_hook is not None and current is not history:
-            st = state or self.state
             current, store_problem = await self._store_hook.akeep(
-                history, list(current), st.produced, namespace=st.namespace
+                history, list(current), state or self.state
             )
         return PreparedRequest(list(current), tuple(skipped), store_problem)
 
@@ -744,6 +981,8 @@ class _Attempt:
     estimate: int  # the counter's estimate of the same history
     reserved: int
     name: str  # the strategy's
+    ahead: SummaryAhead | None = None  # the summary made ahead, offered to the run
+    waited: float = 0.0  # seconds the run waited for it
 
     def event(
         self,
@@ -754,11 +993,18 @@ class _Attempt:
         *,
         after: tuple[int, int] | None = None,
         rewritten: int = 0,
+        output: Sequence[Message] = (),
         cache_break: bool = False,
     ) -> CompactionEvent:
-        """The attempt's event; ``after`` is the result's (tokens, messages) when it changed."""
+        """The attempt's event; ``after`` is the result's (tokens, messages) when it changed,
+        ``output`` the history it changed to."""
         n = len(self.history)
         tokens_after, messages_after = after or (self.tokens, n)
+        ahead: AheadUse | None = None
+        if self.ahead is not None:
+            summary = self.ahead.summary
+            used = status == "compacted" and any(m is summary for m in output)
+            ahead = "used" if used else "unused"
         return CompactionEvent(
             self.name,
             self.trigger,
@@ -771,6 +1017,8 @@ class _Attempt:
             problems,
             rewritten,
             outage,
+            ahead,
+            self.waited,
             cache_break,
         )
 
@@ -782,3 +1030,4 @@ class _Output:
     output: Sequence[Message] | None
     duration: float
     outage: OutageStatus | None
+    attempt: _Attempt | None = None  # the attempt as run (with the summary made ahead)

@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from .problems import Problem
 
 __all__ = [
+    "AheadUse",
     "CompactionEvent",
     "CompactionResult",
     "EventStatus",
@@ -29,6 +30,7 @@ __all__ = [
 
 Trigger = Literal["threshold", "ratio", "messages", "forced", "cold"]
 EventStatus = Literal["compacted", "noop", "rejected", "failed", "skipped", "circuit_open"]
+AheadUse = Literal["used", "unused"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,13 +55,20 @@ class CompactionEvent:
         duration_s: Time spent in the strategy.
         problems: Why it was rejected, failed, skipped or not run, as fields
             (:class:`~ctxcompact.Problem`): the run's own problem, then ``circuit_open`` when
-            this failure opened the circuit. Empty when it compacted or found nothing to do.
+            this failure opened the circuit. When it compacted: ``pin_restored`` when the
+            strategy lost pinned messages and the controller put them back, else empty.
         messages_rewritten: Input messages not kept as they were (dropped, summarized,
             masked or truncated); non-zero is logged as a warning.
         summarizer: What the run's model calls met, when a circuit breaker saw it
             (:class:`~ctxcompact.llm.CircuitBreakerLLM`): ``unavailable`` (a call was refused
             unsent: the breaker is open, and the run went without the summary, e.g. hiding
             alone) or ``failed`` (a call failed as in an outage); ``None`` otherwise.
+        ahead: Whether the run was offered a summary made ahead of time in the background
+            (``precompute_ratio``) and put it in place (``used``: no summarizer call on the
+            hot path for it) or not (``unused``: the cheaper steps sufficed, or it no longer
+            fitted); ``None`` when there was none.
+        waited_s: Seconds the run waited for that summary to be finished (it had started
+            too late): the part of it on the hot path.
         cache_break: The result rewrote or dropped a message that an earlier model call
             already had in its prompt (one before the history's last assistant message), so
             the provider's cached prompt prefix ends there (:func:`breaks_cache`). ``False``
@@ -82,6 +91,8 @@ class CompactionEvent:
     problems: tuple[Problem, ...] = ()
     messages_rewritten: int = 0
     summarizer: OutageStatus | None = None
+    ahead: AheadUse | None = None
+    waited_s: float = 0.0
     cache_break: bool = False
 
     @property
@@ -108,6 +119,10 @@ class CompactionEvent:
             text += f"; {self.messages_rewritten} messages dropped or rewritten"
         if self.summarizer is not None:
             text += f"; summarizer {self.summarizer}"
+        if self.ahead is not None:
+            text += f"; summary made ahead {self.ahead}"
+            if self.waited_s:
+                text += f" after waiting {self.waited_s:.3f}s"
         shown = "; ".join(p.shown for p in self.problems)
         return f"{text}; {shown}" if shown else text
 
@@ -209,10 +224,12 @@ class PreparedRequest:
     Attributes:
         messages: What to send (the stored history is not touched).
         transform_problems: One per transform that raised or broke tool-call pairing and was
-            left out of this request (the others still applied); :attr:`skipped` says them
-            in words.
-        store_problem: Why what the transforms removed could not be stored, when an attached
-            store failed (the request is sent anyway); :attr:`store_error` in words.
+            left out of this request (the others still applied), and a ``pin_restored`` one
+            per transform whose output lost pinned messages the controller put back;
+            :attr:`skipped` says them in words.
+        store_problem: Why what the transforms removed could not be stored, or what the
+            store evicted (``store_evicted``), when an attached store failed or its bound was
+            reached (the request is sent anyway); :attr:`store_error` in words.
 
     Example:
         >>> PreparedRequest([]).skipped

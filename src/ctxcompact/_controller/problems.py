@@ -35,9 +35,12 @@ ProblemKind = Literal[
     "waiting",
     "too_little_saved",
     "no_payback",
+    "not_smaller",
     "transform_raised",
     "transform_rejected",
     "store_failed",
+    "store_evicted",
+    "pin_restored",
     "cannot_encode",
     "unreadable_messages",
     "no_messages",
@@ -57,9 +60,12 @@ _SHOWN: dict[ProblemKind, str] = {
     "waiting": "the last run saved less than min_progress: waiting for the history to grow",
     "too_little_saved": "cold cache: the run would save less than min_progress",
     "no_payback": "the rewrite would not pay back the prompt cache it breaks",
+    "not_smaller": "the run would not shrink the context: waiting for the history to grow",
     "transform_raised": "transform {source} raised {exception_type}",
     "transform_rejected": "transform {source} output rejected",
     "store_failed": "{source} could not keep the removed originals: {exception_type}",
+    "store_evicted": "{source} evicted {count} entries to stay under its size bound",
+    "pin_restored": "{source} lost {count} pinned message(s); put back",
     "cannot_encode": "the rewritten history cannot be sent in this format",
     "unreadable_messages": "messages not understood",
     "no_messages": "body has no 'messages' list",
@@ -118,9 +124,12 @@ class Problem:
             need, kept for nothing: it would not pay back the cache it breaks),
             ``transform_raised``,
             ``transform_rejected``, ``store_failed`` (``count`` originals not kept, when
-            known) and the proxy's: ``cannot_encode``, ``unreadable_messages``,
-            ``no_messages``, ``string_input``, ``no_input``, ``unknown_window``,
-            ``window_too_small``, ``proxy_rewriting_raised``, ``proxy_encoding_raised``.
+            known), ``store_evicted`` (the store's size bound evicted ``count`` entries: their
+            recalls now say so), ``pin_restored`` (the strategy lost ``count`` pinned
+            messages and the controller put them back) and the proxy's: ``cannot_encode``,
+            ``unreadable_messages``, ``no_messages``, ``string_input``, ``no_input``,
+            ``unknown_window``, ``window_too_small``, ``proxy_rewriting_raised``,
+            ``proxy_encoding_raised``.
         source: The strategy, transform or store at fault, by name (``None`` when none is).
         exception_type: The type name of the exception, when one was raised.
         count: The number the kind names (consecutive failures, originals), else ``None``.

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from .ahead import AheadSlot
 from .store_hook import ProducedMessages
 
 if TYPE_CHECKING:
@@ -131,6 +132,13 @@ class ControllerState:
     so one controller can serve many conversations at once, each with its own state (the
     proxy passes a fresh one per request: it is stateless by design).
 
+    Args:
+        namespace: Whose originals this conversation's are in an attached store.
+        background: Whether the controller may make this conversation's summary ahead of
+            time in a background task (``precompute_ratio``): a state kept from one call to
+            the next. A state made for one request and dropped after it (the proxy's) says
+            ``False``; the proxy keeps its summaries ahead in its store instead.
+
     Example:
         >>> state = ControllerState()
         >>> state.failures, state.retry_at
@@ -138,16 +146,23 @@ class ControllerState:
     """
 
     __slots__ = (
+        "ahead",
+        "background",
         "count",
         "failures",
+        "handles",
         "last_call",
         "last_status",
         "namespace",
         "produced",
+        "recall_named",
         "retry_at",
     )
 
-    def __init__(self, *, namespace: str | None = None) -> None:
+    def __init__(self, *, namespace: str | None = None, background: bool = True) -> None:
+        self.ahead = AheadSlot()
+        """The summary being made ahead of the trigger (see :mod:`.ahead`)."""
+        self.background = background
         self.count = RunningCount()
         self.failures = 0
         self.retry_at: int | None = None  # estimate the history must reach before a retry
@@ -157,13 +172,23 @@ class ControllerState:
         """Whose originals this conversation's are in an attached store (``None``: the
         controller's ``store_namespace``); the proxy gives each caller its own."""
         self.last_call: float | None = None  # the controller's clock at the last model call
+        self.handles: dict[str, str] = {}
+        """Recall handles stored so far -> the hash of the text stored under each, so an id
+        re-used after a compaction gets a handle of its own."""
+        self.recall_named = False
+        """Whether a marker in this conversation has named the recall tool (a loop that
+        offers the tool only once needed can read it)."""
 
     def reset(self) -> None:
         """Start afresh: close the circuit, drop the min-progress wait, forget counts, usage,
-        the last call's time (a new conversation is no cold cache) and what was produced."""
+        the last call's time (a new conversation is no cold cache) and what was produced;
+        a summary being made ahead is cancelled."""
+        self.ahead.cancel()
         self.count.reset()
         self.failures = 0
         self.retry_at = None
         self.last_call = None
         self.last_status = None
         self.produced = ProducedMessages()
+        self.handles = {}
+        self.recall_named = False

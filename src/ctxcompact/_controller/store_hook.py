@@ -1,60 +1,88 @@
-"""The controller's store hook: what a rewrite removed goes to an originals store.
+"""The controller's store hook: what a rewrite removed goes to an originals store, and each
+marker in the view names the handle to recall it with.
 
 With a store attached, :class:`~ctxcompact.CompactionController` hands every rewrite (a
 compaction's result, a request after the transforms) to :meth:`StoreHook.keep`, which records
-each original :func:`~ctxcompact.store.removed_originals` finds. With recall on (a recall
-placeholder template), it also makes every tool result the rewrite *hid or masked* show that
-template, naming ``recall_tool_result`` and the result's id, whatever strategy wrote the
-original placeholder: built-in or third-party, nothing in the strategy has to know. Three
-exceptions keep the rewrite honest:
+each original :func:`~ctxcompact.store.removed_originals` finds under its handle (the scheme is
+:mod:`ctxcompact.kit._markers`'s) and, for what one rewrite dropped or summarised, a range
+listing them. With recall on (a recall placeholder template), it then makes every marker name
+its handle and ``recall_tool_result``, whatever strategy wrote it:
 
-* a replacement that already names ``recall_tool_result`` is the strategy's own recall text
-  and is kept as it is;
+* a hidden or masked tool result shows the recall placeholder;
+* a cut's marker names the handle and the line the cut starts on;
+* a cleared argument value names ``args:<id>``;
+* the guard's drop note names the range and the newest dropped results by tool and handle
+  (a note is added to the task when a strategy dropped messages without one);
+* a summary ends with a note naming the range it replaces.
+
+A marker promises a recall only while the store holds the original: when a store that counts
+its evictions (:class:`~ctxcompact.store.CountsEvictions`) evicted some during the ``put``,
+what it no longer holds keeps the plain marker, and the eviction is reported (a
+``store_evicted`` problem, a WARNING line with counts only). Three exceptions keep the rewrite
+honest:
+
+* a replacement that already names ``recall_tool_result`` and the right handle is kept;
 * a result shorter than its recall placeholder is put back whole (hiding never makes a result
   bigger, and nothing is then removed);
-* a message a rewrite produced (a placeholder, a summary, a result the agent cut on arrival)
-  is never recorded as an original, so a later rewrite that drops or masks it cannot shadow
-  the real original; a recall placeholder that a strategy hid again is put back, so the
+* a message a rewrite produced (a placeholder, a result the agent cut on arrival) is never
+  recorded as a tool result's original, so a later rewrite that drops or masks it cannot
+  shadow the real original; a recall placeholder that a strategy hid again is put back, so the
   placeholder text stays stable call after call.
 
-A store failure never blocks the rewrite: it is returned as a
-:class:`~ctxcompact.Problem` (``store_failed``; the controller reports it in the result and it
-is logged at WARNING by its fields), and placeholders then keep the strategy's own text, since
-nothing could be recalled.
+A store failure never blocks the rewrite: it is returned as a :class:`~ctxcompact.Problem`
+(``store_failed``; the controller reports it in the result and it is logged at WARNING by its
+fields), and markers then keep their plain forms, since nothing could be recalled.
 """
 
 from __future__ import annotations
 
 import logging
 import weakref
+from dataclasses import replace
 from typing import TYPE_CHECKING, Protocol
 
 from ..exceptions import ConfigError
+from ..kit import DEFAULT_RECALL_TEMPLATE as DEFAULT_RECALL_TEMPLATE
 from ..kit import (
+    DROP_NOTE_RE,
     HIDDEN_PLACEHOLDER,
     KLIP13_PLACEHOLDER,
+    RECALL_TOOL_NAME,
     SCHEMA1_PLACEHOLDER,
     SCHEMA1_SEED_PLACEHOLDER,
+    STAND_IN_RANGE,
+    note_ranges,
     placeholder_pattern,
+    recall_placeholder,
 )
 from ..store._async import is_async_store
-from ..store._recall import DEFAULT_RECALL_TEMPLATE, RECALL_TOOL_NAME, recall_placeholder
-from ..store._records import StoredOriginal
-from ..store._removed import removed_originals
+from ..store._ranges import range_record
+from ..store._records import StoredOriginal, counts_evictions
+from ..store._removed import Alignment, Handles, align, records_of, removals_of, text_digest
+from .markers import (
+    NAMED_RE,
+    drop_note_count,
+    with_cleared_handles,
+    with_drop_note,
+    with_range_note,
+    with_truncation_handle,
+)
 from .problems import Problem, describe_error
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from .._history.messages import Message
+    from .._history.messages import Message, ToolCall
     from ..store._records import OriginalsStore
     from ..store._removed import Removal
+    from .state import ControllerState
 
 __all__ = ["ProducedMessages", "StoreHook", "check_recall_template", "store_cut_results"]
 
 logger = logging.getLogger("ctxcompact.controller")
 
 _PLACEHOLDER_KINDS = frozenset({"hidden", "masked"})
+_GONE = frozenset({"dropped", "summarised"})
 
 
 def check_recall_template(template: str) -> str:
@@ -116,13 +144,14 @@ class ProducedMessages:
 
 
 class StoreHook:
-    """Records what a rewrite removed and, with recall on, writes the recall placeholders.
+    """Records what a rewrite removed and, with recall on, makes every marker name its handle.
 
     Args:
         store: Where the originals go.
         namespace: Whose they are.
         recall_template: The recall placeholder template (``{tool_call_id}``,
-            ``{tool_name}``), or ``None`` to leave the strategies' placeholders alone.
+            ``{tool_name}``), or ``None`` to keep the originals without promising a recall
+            (the strategies' markers stay as they wrote them).
     """
 
     __slots__ = ("namespace", "recall_template", "store")
@@ -136,55 +165,57 @@ class StoreHook:
             None if recall_template is None else check_recall_template(recall_template)
         )
 
-    def _render(self, removal: Removal, *, shared_id: bool = False) -> str:
-        """The recall placeholder; ``shared_id``: the id is re-used in the history, so the
-        placeholder names ``id@position`` (recall finds that exact result)."""
+    @property
+    def recall(self) -> bool:
+        """Whether markers name the recall tool."""
+        return self.recall_template is not None
+
+    def _placeholder(self, removal: Removal, handle: str) -> str:
         assert self.recall_template is not None
-        key = f"{removal.tool_call_id}@{removal.position}" if shared_id else removal.tool_call_id
         return self.recall_template.format(
-            tool_call_id=key, tool_name=removal.tool_name or "unknown"
+            tool_call_id=handle, tool_name=removal.tool_name or "unknown"
         )
 
     def _is_recall_text(self, removal: Removal) -> bool:
-        """Whether the removed message is itself a recall placeholder (a rewrite's output),
-        naming its id alone or ``id@position``."""
+        """Whether the removed message is itself a recall placeholder (a rewrite's output)
+        naming its own handle (or, as ctxcompact 0.2 wrote them, ``id@position``)."""
         message = removal.message
-        if self.recall_template is None or message.role != "tool":
+        if self.recall_template is None or message.role != "tool" or message.tool_call_id is None:
             return False
         marked = self.recall_template.format(
-            tool_call_id=removal.tool_call_id + "\x00", tool_name=removal.tool_name or "unknown"
+            tool_call_id="\x00", tool_name=removal.tool_name or "unknown"
         )
         head, _, tail = marked.partition("\x00")
         text = message.text
-        if not (text.startswith(head) and text.endswith(tail)):
+        if not (text.startswith(head) and text.endswith(tail)) or len(text) < len(marked) - 1:
             return False
         middle = text[len(head) : len(text) - len(tail)] if tail else text[len(head) :]
-        return middle == "" or (middle[:1] == "@" and middle[1:].isdigit())
+        call_id = message.tool_call_id
+        return middle == call_id or middle.startswith(call_id + "@")
 
     def keep(
         self,
         before: Sequence[Message],
         after: list[Message],
-        produced: ProducedMessages,
-        *,
-        namespace: str | None = None,
+        state: ControllerState,
     ) -> tuple[list[Message], Problem | None]:
-        """Record what ``after`` removed from ``before``; the history to use and the failure.
+        """Record what ``after`` removed from ``before``; the history to use and the problem.
 
-        ``namespace`` overrides the hook's for this call (one conversation of many).
+        ``state`` is the conversation's: its namespace (else the hook's), the messages its
+        rewrites produced, and the handles stored so far (a tool-call id stored before with
+        another text gets an ``id@hash`` handle of its own); ``state.recall_named`` is set
+        once a marker names the recall tool.
 
-        The history is ``after`` itself when nothing had to change, else a new list (with
-        recall placeholders, or results put back). Never raises.
+        The history is ``after`` itself when nothing had to change, else a new list. Never
+        raises.
         """
-        return self._keep(self.store, before, after, produced, namespace)
+        return self._run(self.store, before, after, state)
 
     async def akeep(
         self,
         before: Sequence[Message],
         after: list[Message],
-        produced: ProducedMessages,
-        *,
-        namespace: str | None = None,
+        state: ControllerState,
     ) -> tuple[list[Message], Problem | None]:
         """:meth:`keep` for async callers: a store that can be awaited
         (:class:`~ctxcompact.store.AsyncOriginalsStore`, a network store) is awaited instead
@@ -192,20 +223,43 @@ class StoreHook:
 
         The records are collected first and written in one awaited ``aput``; when that
         fails, the rewrite is decided again as :meth:`keep` decides it after a failed
-        ``put`` (the strategy's placeholders stay: nothing could be recalled).
+        ``put`` (markers keep their plain forms: nothing could be recalled).
         """
         store = self.store
         if not is_async_store(store):
-            return self._keep(store, before, after, produced, namespace)
+            return self._run(store, before, after, state)
         collected = _Collect()
-        out = self._keep(collected, before, after, produced, namespace)
+        out = self._run(collected, before, after, state)
         if not collected.records:
             return out
         try:
             await store.aput(*collected.records)
         except Exception as exc:
-            return self._keep(_Raise(exc), before, after, produced, namespace)
+            return self._run(_Raise(exc), before, after, state)
         return out
+
+    def _run(
+        self,
+        store: _Puts,
+        before: Sequence[Message],
+        after: list[Message],
+        state: ControllerState,
+    ) -> tuple[list[Message], Problem | None]:
+        try:
+            out, problem = self._keep(
+                store,
+                before,
+                after,
+                state.produced,
+                state.namespace or self.namespace,
+                state.handles,
+            )
+        except Exception as exc:  # a bug here must not cost the compaction
+            logger.debug("the store hook raised", exc_info=True)
+            return after, self._failed(exc)
+        if self.recall and out is not after:
+            state.recall_named = True
+        return out, problem
 
     def _keep(
         self,
@@ -213,88 +267,225 @@ class StoreHook:
         before: Sequence[Message],
         after: list[Message],
         produced: ProducedMessages,
-        namespace: str | None,
+        namespace: str,
+        seen: dict[str, str] | None,
     ) -> tuple[list[Message], Problem | None]:
-        try:
-            removals = removed_originals(before, after)
-        except Exception as exc:  # a bug here must not cost the compaction
-            logger.debug("removed_originals raised", exc_info=True)
-            return after, self._failed(exc)
+        alignment = align(before, after)
+        handles = Handles(before)
+        removals = removals_of(before, after, alignment, handles)
         if not removals:
             return after, None
-        recall = self.recall_template is not None
-        positions = {id(m): j for j, m in enumerate(after)} if recall else {}
-        seen_ids: dict[str, int] = {}
-        for m in before:
-            if m.role == "tool" and m.tool_call_id is not None:
-                seen_ids[m.tool_call_id] = seen_ids.get(m.tool_call_id, 0) + 1
+        removals = [self._final(r, produced, seen) for r in removals]
         restored: dict[int, Message] = {}  # index in after -> message put back
-        rendered: dict[int, Message] = {}  # index in after -> recall placeholder
-        records: list[StoredOriginal] = []
-        unrecordable: Exception | None = None
+        recordable: list[Removal] = []
         for removal in removals:
-            replacement = removal.replacement
-            j = positions.get(id(replacement)) if replacement is not None else None
             if self._is_recall_text(removal):
-                if j is not None:
+                j = alignment.replaced.get(removal.position)
+                if j is not None and removal.kind in _PLACEHOLDER_KINDS:
                     restored[j] = removal.message  # a recall placeholder hidden again
                 continue
-            if j is not None and self._wants_recall_text(removal):
-                text = self._render(removal, shared_id=seen_ids.get(removal.tool_call_id, 0) > 1)
-                content = removal.message.content
-                if isinstance(content, str) and len(text) >= len(content):
-                    restored[j] = removal.message  # would grow: keep it whole, nothing removed
-                    continue
-                assert replacement is not None
-                rendered[j] = replacement.replace(content=text)
-            if removal.message in produced or is_builtin_placeholder(removal.message):
-                # Not an original: its original was kept when it was produced (in this
-                # process), or it is a built-in strategy's placeholder (produced by another
-                # process, or before a restart, on a history resumed from storage).
-                continue
+            if not self._produced(removal, produced):
+                recordable.append(removal)
+        gone = [r for r in removals if r.kind in _GONE]
+        targets = _note_targets(after, alignment) if gone else ([], None, False)
+        links = {link for r in gone for link in r.links} | self._note_links(before, after)
+        if targets[1] is not None:  # its note (an earlier one) gives way to the new one
+            links.update(note_ranges(after[targets[1]].text))
+        records: list[StoredOriginal] = []
+        error: Problem | None = None
+        unrecordable: Exception | None = None
+        for removal in recordable:  # one at a time: one odd message costs only its own recall
             try:
-                records.append(
-                    StoredOriginal.from_message(
-                        removal.message,
-                        position=removal.position,
-                        kind=removal.kind,
-                        namespace=namespace or self.namespace,
-                        tool_call_id=removal.tool_call_id,
-                        tool_name=removal.tool_name,
-                    )
-                )
-            except Exception as exc:  # a message the record cannot hold: report, never raise
+                records += records_of([removal], namespace=namespace)
+            except Exception as exc:  # a message no record can hold: report, never raise
                 logger.debug("a removed original could not be serialised", exc_info=True)
                 unrecordable = unrecordable or exc
-                if j is not None:
-                    rendered.pop(j, None)  # not stored: the model must not be told to recall it
-        error: Problem | None = None
-        if records:
-            try:
-                store.put(*records)
-            except Exception as exc:
-                logger.debug("store %s raised", type(self.store).__name__, exc_info=True)
-                error = self._failed(exc, len(records))
-                rendered = {}  # nothing to recall: the strategy's placeholders stay
-        if unrecordable is not None and error is None:
+        span: StoredOriginal | None = None
+        try:
+            span = range_record(gone, sorted(links), namespace=namespace) if self.recall else None
+        except Exception as exc:
+            logger.debug("a range could not be serialised", exc_info=True)
+            unrecordable = unrecordable or exc
+        if span is not None:
+            records.append(span)
+        if unrecordable is not None:
             error = self._failed(unrecordable)
-        changes = {**rendered, **restored}
-        if not changes:
-            return after, error
-        out = list(after)
-        for j, message in changes.items():
+        held = self._put(store, records, namespace)
+        if isinstance(held, Problem):
+            error, held = held, set()
+        elif isinstance(held, tuple):
+            error, held = held
+        if not self.recall:
+            return (self._apply(after, restored) if restored else after), error
+        already = {r.handle for r in removals if self._produced(r, produced)}
+        promised = held | already  # stored now, or when the placeholder was produced
+        named_span = span if span is not None and span.tool_call_id in held else None
+        out = self._render(after, alignment, removals, promised, named_span, targets)
+        for j, message in restored.items():
             out[j] = message
         return out, error
 
-    @staticmethod
-    def _wants_recall_text(removal: Removal) -> bool:
-        replacement = removal.replacement
-        return (
-            replacement is not None
-            and removal.message.role == "tool"
-            and removal.kind in _PLACEHOLDER_KINDS
-            and RECALL_TOOL_NAME not in replacement.text
+    # -- handles -------------------------------------------------------------------------------
+
+    def _final(
+        self, removal: Removal, produced: ProducedMessages, seen: dict[str, str] | None
+    ) -> Removal:
+        """``removal`` with the handle its marker must name: the one a produced placeholder
+        or cut already names, or an ``id@hash`` one when the plain id was stored before with
+        another text in this conversation."""
+        message = removal.message
+        if removal.call is None and message.role == "tool" and message in produced:
+            named = NAMED_RE.search(message.text)
+            if named is not None:
+                return replace(removal, tool_call_id=named.group(1))
+            return removal
+        if seen is None or "@" in removal.handle or removal.handle.startswith("#"):
+            return removal
+        digest = text_digest(
+            "arguments" if removal.call is not None else "tool",
+            removal.original,
         )
+        other = seen.setdefault(removal.handle, digest)
+        if other == digest:
+            return removal
+        return replace(removal, tool_call_id=f"{removal.handle}@{digest[:8]}")
+
+    @staticmethod
+    def _produced(removal: Removal, produced: ProducedMessages) -> bool:
+        """Whether ``removal`` is no original: a tool result or a call a rewrite produced
+        (its original was kept when it was produced), or a built-in placeholder (produced by
+        another process, or before a restart, on a history resumed from storage)."""
+        message = removal.message
+        if removal.call is not None:
+            return message in produced
+        if message.role != "tool":
+            return False
+        return message in produced or is_builtin_placeholder(message)
+
+    @staticmethod
+    def _note_links(before: Sequence[Message], after: Sequence[Message]) -> set[str]:
+        """Ranges an earlier note named that the new notes no longer do (a drop note the
+        guard merged into a new one): the new range lists them."""
+        old = {r for m in before if m.role != "tool" for r in note_ranges(m.text)}
+        if not old:
+            return set()
+        new = {r for m in after if m.role != "tool" for r in note_ranges(m.text)}
+        return old - new
+
+    # -- storing -------------------------------------------------------------------------------
+
+    def _put(
+        self, store: _Puts, records: list[StoredOriginal], namespace: str
+    ) -> set[str] | Problem | tuple[Problem, set[str]]:
+        """Store ``records``: the handles the store holds afterwards, or the failure (with
+        the eviction problem when some were evicted)."""
+        if not records:
+            return set()
+        before = store.evictions if counts_evictions(store) else None
+        try:
+            store.put(*records)
+        except Exception as exc:
+            logger.debug("store %s raised", type(store).__name__, exc_info=True)
+            return self._failed(exc, len(records))
+        handles = {r.tool_call_id for r in records}
+        now = store.evictions if counts_evictions(store) else None
+        if before is None or now is None or now == before:
+            return handles
+        evicted = now - before
+        held = set()
+        for record in records:
+            kept = store.get(namespace, record.tool_call_id)
+            if kept is not None and kept.content_hash == record.content_hash:
+                held.add(record.tool_call_id)
+        name = type(store).__name__
+        problem = Problem.fixed(
+            "store_evicted",
+            f"{name} evicted {evicted} least recently stored entries to stay under its size "
+            f"bound; {len(handles) - len(held)} of the {len(records)} just stored are among "
+            "them, and recalling an evicted one says it is gone",
+            source=name,
+            count=evicted,
+        )
+        logger.warning("originals store: %s", problem.shown)
+        return problem, held
+
+    # -- rendering -----------------------------------------------------------------------------
+
+    def _render(
+        self,
+        after: list[Message],
+        alignment: Alignment,
+        removals: Sequence[Removal],
+        held: set[str],
+        span: StoredOriginal | None,
+        targets: tuple[list[int], int | None, bool],
+    ) -> list[Message]:
+        """``after`` with every marker naming its handle (held ones only)."""
+        out = list(after)
+        cleared: dict[int, dict[str, tuple[ToolCall, str | None]]] = {}
+        for removal in removals:
+            j = alignment.replaced.get(removal.position)
+            replacement = removal.replacement
+            handle = removal.handle if removal.handle in held else None
+            if j is None or replacement is None:
+                continue
+            if removal.kind == "cleared" and removal.call is not None:
+                cleared.setdefault(j, {})[removal.call.id] = (removal.call, handle)
+            elif removal.kind == "truncated":
+                out[j] = with_truncation_handle(out[j], removal.original, handle)
+            elif removal.kind in _PLACEHOLDER_KINDS and removal.message.role == "tool":
+                if handle is None:
+                    continue
+                if RECALL_TOOL_NAME in replacement.text and handle in replacement.text:
+                    continue  # the strategy's own recall text
+                text = self._placeholder(removal, handle)
+                content = removal.message.content
+                if isinstance(content, str) and len(text) >= len(content):
+                    out[j] = removal.message  # would grow: keep it whole, nothing removed
+                else:
+                    out[j] = replacement.replace(content=text)
+        for j, originals in cleared.items():
+            out[j] = with_cleared_handles(out[j], originals)
+        gone = [r for r in removals if r.kind in _GONE]
+        if gone:
+            self._name_range(out, gone, held, span, targets)
+        return out
+
+    @staticmethod
+    def _name_range(
+        out: list[Message],
+        gone: Sequence[Removal],
+        held: set[str],
+        span: StoredOriginal | None,
+        targets: tuple[list[int], int | None, bool],
+    ) -> None:
+        """Make the notes this rewrite wrote (or the summary, or the task) name the range."""
+        range_key = span.tool_call_id if span is not None else None
+        messages = sum(1 for r in gone if r.call is None)
+        results = [
+            (r.tool_name or "unknown", r.handle)
+            for r in gone
+            if r.call is None and r.message.role == "tool" and r.handle in held
+        ]
+        noted, fallback, summary = targets
+        for j in noted:
+            count = drop_note_count(out[j]) or messages
+            out[j] = with_drop_note(out[j], count=count, range_handle=range_key, results=results)
+        if range_key is None or fallback is None:
+            return
+        if summary:
+            out[fallback] = with_range_note(out[fallback], count=messages, range_handle=range_key)
+        else:
+            out[fallback] = with_drop_note(
+                out[fallback], count=messages, range_handle=range_key, results=results
+            )
+
+    @staticmethod
+    def _apply(after: list[Message], changes: dict[int, Message]) -> list[Message]:
+        out = list(after)
+        for j, message in changes.items():
+            out[j] = message
+        return out
 
     def _failed(self, exc: BaseException, records: int = 0) -> Problem:
         """The failure as a problem; logged once at WARNING by its fields."""
@@ -311,28 +502,28 @@ class StoreHook:
         return problem
 
 
-class _Puts(Protocol):
-    def put(self, *records: StoredOriginal) -> None: ...
+def _note_targets(
+    after: Sequence[Message], alignment: Alignment
+) -> tuple[list[int], int | None, bool]:
+    """Where the range of what a rewrite dropped or summarised is named: the drop notes it
+    wrote; else the message it added (a summary: the third item is true); else the newest
+    user message (a strategy that dropped without a note)."""
+    changed = sorted({*alignment.replaced.values(), *alignment.added})
+    noted = [j for j in changed if after[j].role != "tool" and _fresh_note(after[j].text)]
+    if noted:
+        return noted, None, False
+    added = [j for j in alignment.added if after[j].role in ("user", "assistant")]
+    if added:
+        return [], added[0], True
+    task = next((j for j in range(len(after) - 1, -1, -1) if after[j].role == "user"), None)
+    return [], task, False
 
 
-class _Collect:
-    """Keeps what :meth:`StoreHook._keep` would store, for one awaited write."""
-
-    def __init__(self) -> None:
-        self.records: tuple[StoredOriginal, ...] = ()
-
-    def put(self, *records: StoredOriginal) -> None:
-        self.records = records
-
-
-class _Raise:
-    """Fails as the awaited write did, so the rewrite is decided as after a failed ``put``."""
-
-    def __init__(self, exc: Exception) -> None:
-        self.exc = exc
-
-    def put(self, *records: StoredOriginal) -> None:
-        raise self.exc
+def _fresh_note(text: str) -> bool:
+    """Whether ``text`` ends with a drop note this rewrite wrote: the plain form, or the
+    recall form naming a strategy's stand-in range."""
+    match = DROP_NOTE_RE.search(text)
+    return match is not None and match.group(2) in (None, STAND_IN_RANGE)
 
 
 def store_cut_results(
@@ -341,12 +532,16 @@ def store_cut_results(
     start: int,
     results: Sequence[Message],
     cut: Sequence[Message],
-) -> bool:
+    *,
+    history: Sequence[Message] = (),
+    recall: bool = False,
+) -> list[Message] | None:
     """Keep the originals of tool results cut on arrival (the agent's
-    ``tool_result_truncation``, which the controller never sees); whether it worked.
+    ``tool_result_truncation``, which the controller never sees); the cut results to add
+    (with recall, their markers name the handle), or ``None`` when the store failed.
 
-    ``results[k]`` was added to the history at ``start + k`` as ``cut[k]``. A store failure is
-    logged at WARNING without content, never raised.
+    ``results[k]`` goes into ``history`` (the history before them) at ``start + k`` as
+    ``cut[k]``. A store failure is logged at WARNING without content, never raised.
     """
     pairs = [
         (k, whole)
@@ -354,12 +549,17 @@ def store_cut_results(
         if short is not whole
     ]
     if not pairs:
-        return True
+        return list(cut)
+    handles = Handles([*history, *results])
     try:
         store.put(
             *(
                 StoredOriginal.from_message(
-                    whole, position=start + k, kind="truncated", namespace=namespace
+                    whole,
+                    position=start + k,
+                    kind="truncated",
+                    namespace=namespace,
+                    tool_call_id=handles.result(whole),
                 )
                 for k, whole in pairs
             )
@@ -372,8 +572,12 @@ def store_cut_results(
             len(pairs),
             type(exc).__name__,
         )
-        return False
-    return True
+        return None
+    out = list(cut)
+    if recall:
+        for k, whole in pairs:
+            out[k] = with_truncation_handle(cut[k], whole.text, handles.result(whole))
+    return out
 
 
 _BUILTIN_PLACEHOLDERS = tuple(
@@ -394,3 +598,37 @@ def is_builtin_placeholder(message: Message) -> bool:
     if message.role != "tool" or not isinstance(message.content, str):
         return False
     return any(p.fullmatch(message.content) for p in _BUILTIN_PLACEHOLDERS)
+
+
+class _Puts(Protocol):
+    def put(self, *records: StoredOriginal) -> None: ...
+
+    def get(
+        self, namespace: str, tool_call_id: str, *, position: int | None = None
+    ) -> StoredOriginal | None: ...
+
+
+class _Collect:
+    """Keeps what :meth:`StoreHook._keep` would store, for one awaited write."""
+
+    def __init__(self) -> None:
+        self.records: tuple[StoredOriginal, ...] = ()
+
+    def put(self, *records: StoredOriginal) -> None:
+        self.records = records
+
+    def get(
+        self, namespace: str, tool_call_id: str, *, position: int | None = None
+    ) -> StoredOriginal | None:
+        return None  # never asked: it counts no evictions
+
+
+class _Raise(_Collect):
+    """Fails as the awaited write did, so the rewrite is decided as after a failed ``put``."""
+
+    def __init__(self, exc: Exception) -> None:
+        super().__init__()
+        self.exc = exc
+
+    def put(self, *records: StoredOriginal) -> None:
+        raise self.exc

@@ -115,6 +115,20 @@ def _add_strategy(parser: argparse.ArgumentParser, *, default_note: str, many: b
         "to it (default: the model table's, if it knows --llm-model)",
     )
     parser.add_argument(
+        "--llm-timeout",
+        type=float,
+        metavar="SECONDS",
+        help="seconds one summarizer request may take before it fails (default: the config's "
+        "[compaction.llm] timeout, else 60; a local CPU model may need minutes)",
+    )
+    parser.add_argument(
+        "--llm-retries",
+        type=int,
+        metavar="N",
+        help="times a failed summarizer request is retried (default: the config's "
+        "[compaction.llm] max_retries, else 2)",
+    )
+    parser.add_argument(
         "--llm-api-key-env",
         metavar="VAR",
         help="the environment variable holding the summarizer's API key (default: "

@@ -28,13 +28,14 @@ from ._io import (
 from ._progress import FailureReport, call_progress
 from ._report import (
     ReplaySettings,
+    distinct_labels,
     dumps,
     plot_replays,
     replay_json,
     replay_text,
     require_matplotlib,
 )
-from ._setup import DEFAULT_STRATEGY, Setup, build_setup
+from ._setup import DEFAULT_STRATEGY, Setup, build_setup, parse_params
 
 if TYPE_CHECKING:
     import argparse
@@ -215,14 +216,18 @@ def run_replay(args: argparse.Namespace) -> int:
     conversations = _read_all(_inputs(args.files), args.format) if args.files else [load_demo()]
     replays = asyncio.run(_closing(_replay_all(args, conversations, setups), setups))
     first = setups[0]
+    given_params = [parse_params(params_for(args, k)) for k in range(len(setups))]
+    # What the advice must not suggest again: the params each run had, and --reserved.
+    flags = {"--reserved": args.reserved} if args.reserved is not None else {}
     settings = ReplaySettings(
-        strategies=tuple(setup.label for setup in setups),
+        strategies=distinct_labels([setup.label for setup in setups], given_params),
         max_context_size=first.max_context_size,
         reserved_context_size=first.reserved_context_size,
         cached_price=args.cached_price,
         token_counter=first.counter_name,
         pricing=args.pricing_table,
         recall=any(setup.config.store.recall for setup in setups),
+        params=tuple({**setup.config.compaction.params, **flags} for setup in setups),
     )
     if args.plot:
         plot_replays(settings, replays, args.plot)

@@ -4,6 +4,11 @@ Each panel shows no compaction and every strategy, the trigger and the window, a
 where a compaction happened (or failed); the figure's title holds the settings. When the
 replay statistics carry per-call costs (``call_costs``) and cache breaks
 (``cache_break_calls``), each file gains a cost panel below its context panel.
+
+The figure has one legend, below the panels, never over a curve: a line per strategy, and one
+entry per kind of marker (the marker takes its strategy's colour). The layout is
+matplotlib's constrained layout, so the settings title (wrapped to the figure's width), the
+panel titles and the legend never overlap.
 """
 
 from __future__ import annotations
@@ -22,7 +27,9 @@ if TYPE_CHECKING:
 
 __all__ = ["draw_replays", "plot_replays", "require_matplotlib"]
 
-_TITLE_WIDTH = 40  # characters per line of a panel title (long file names wrap, never cut)
+_TITLE_WIDTH = 50  # characters per line of a 9-point panel title: a 5-inch panel holds ~55
+_PANEL_WIDTH = 5.0  # inches per column of panels
+_CHARS_PER_INCH = 13  # of the 9-point settings title: how wide a line may be before it wraps
 
 
 def require_matplotlib() -> None:
@@ -55,7 +62,8 @@ def plot_replays(settings: ReplaySettings, replays: Sequence[FileReplay], out: s
         plt.close(fig)
 
 
-def settings_title(settings: ReplaySettings) -> str:
+def settings_title(settings: ReplaySettings, width: int = 110) -> str:
+    """The settings, wrapped at ``width`` characters (the figure's width, so never cut)."""
     strategies = ", ".join(settings.strategies)
     text = (
         f"strategies: {strategies} | window {settings.max_context_size:,} tokens, reserved "
@@ -63,7 +71,7 @@ def settings_title(settings: ReplaySettings) -> str:
         f"{settings.max_context_size - settings.reserved_context_size:,}) | cached price "
         f"{settings.cached_price:g} | tokens: {settings.token_counter}"
     )
-    return textwrap.fill(text, 110)
+    return textwrap.fill(text, width)
 
 
 def draw_replays(settings: ReplaySettings, replays: Sequence[FileReplay]) -> Any:
@@ -86,8 +94,13 @@ def draw_replays(settings: ReplaySettings, replays: Sequence[FileReplay]) -> Any
     cols = min(3, len(replays))
     rows = math.ceil(len(replays) / cols)
     panels = 2 if with_cost else 1
+    legend_rows = math.ceil((len(settings.strategies) + 6) / (2 * cols + 1))
     fig, axes = plt.subplots(
-        rows * panels, cols, figsize=(5 * cols, 3.6 * rows * panels), squeeze=False
+        rows * panels,
+        cols,
+        figsize=(_PANEL_WIDTH * cols, 3.6 * rows * panels + 0.9 + 0.25 * legend_rows),
+        squeeze=False,
+        layout="constrained",
     )
     trigger = settings.max_context_size - settings.reserved_context_size
     for n, item in enumerate(replays):
@@ -103,15 +116,47 @@ def draw_replays(settings: ReplaySettings, replays: Sequence[FileReplay]) -> Any
         ax.set_xlabel("model call")
         ax.set_ylabel("context tokens")
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-        ax.legend(fontsize=7)
         if with_cost:
             _cost_panel(axes[(n // cols) * panels + 1][n % cols], settings, item)
     for n in range(len(replays), rows * cols):
         for p in range(panels):
             axes[(n // cols) * panels + p][n % cols].set_visible(False)
-    fig.suptitle(settings_title(settings), fontsize=9)
-    fig.tight_layout()
+    width = int(_PANEL_WIDTH * cols * _CHARS_PER_INCH)
+    fig.suptitle(settings_title(settings, width), fontsize=9)
+    handles = _legend_handles(settings, with_cost=with_cost)
+    fig.legend(
+        handles=handles,
+        loc="outside lower center",
+        ncol=min(len(handles), 2 * cols + 1),
+        fontsize=8,
+        frameon=False,
+    )
     return fig
+
+
+def _legend_handles(settings: ReplaySettings, *, with_cost: bool) -> list[Any]:
+    """One entry per line (no compaction, each strategy, window, trigger) and per kind of
+    marker, drawn in black: on the panels it takes its strategy's colour."""
+    from matplotlib.lines import Line2D
+
+    handles = [Line2D([], [], color="0.55", label="no compaction")]
+    handles += [
+        Line2D([], [], color=f"C{k}", label=label) for k, label in enumerate(settings.strategies)
+    ]
+    handles += [
+        Line2D([], [], color="k", linewidth=1, label="window"),
+        Line2D([], [], color="k", linestyle=":", linewidth=1, label="trigger"),
+        Line2D([], [], color="k", linestyle="none", marker="v", label="compaction"),
+        Line2D([], [], color="red", linestyle="none", marker="x", label="compaction failed"),
+    ]
+    if with_cost:
+        handles.append(
+            Line2D(
+                [], [], color="k", linestyle="none", marker="o", fillstyle="none",
+                label="cache break (cost panels)",
+            )
+        )  # fmt: skip
+    return handles
 
 
 def _strategy_line(ax: Any, label: str, stats: ReplayStats, color: str) -> None:
@@ -166,4 +211,3 @@ def _cost_panel(ax: Any, settings: ReplaySettings, item: FileReplay) -> None:
     ax.set_xlabel("model call")
     ax.set_ylabel(f"cost per call (cached x{settings.cached_price:g})")
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    ax.legend(fontsize=7)

@@ -16,10 +16,11 @@ from ..replay import FileReplay, ReplayStats
 from ._plot import plot_replays, require_matplotlib
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Mapping, Sequence
 
 __all__ = [
     "ReplaySettings",
+    "distinct_labels",
     "dumps",
     "plot_replays",
     "replay_json",
@@ -30,6 +31,7 @@ __all__ = [
 
 _STAT_KEYS = (
     "calls",
+    "triggers",
     "compactions",
     "failed_compactions",
     "input_tokens",
@@ -43,9 +45,22 @@ _STAT_KEYS = (
     "removed_results",
     "removed_then_referenced",
     "recallable_results",
+    "lost_results",
+    "removed_originals",
+    "lost_originals",
+    "cleared_arguments",
+    "lost_arguments",
     "summarizer_calls",
     "summarizer_tokens",
     "summarizer_cached_tokens",
+    "summarizer_hot_calls",
+    "summarizer_hot_s",
+    "summarizer_background_calls",
+    "summarizer_background_s",
+    "hot_calls_after_first",
+    "summarizer_waited_s",
+    "ahead_used",
+    "ahead_unused",
 )
 # JSON keys whose value is a ReplayStats attribute of another name.
 _ATTRIBUTES = {"removed_then_referenced": "referenced_results"}
@@ -65,6 +80,8 @@ class ReplaySettings:
         pricing: How the cost was billed (``None``: flat at ``cached_price``).
         recall: Whether some run had recall on (the report then says how many of the
             removed-then-referenced results the agent could have recalled).
+        params: Per run, the strategy parameters it ran with and the limits given on the
+            command line (``--reserved``...): what the advice must not suggest again.
 
     Example:
         >>> ReplaySettings(("tool-result-hiding",), 16000, 4000, 0.1, "heuristic").strategies
@@ -78,11 +95,41 @@ class ReplaySettings:
     token_counter: str
     pricing: Pricing | None = None
     recall: bool = False
+    params: tuple[Mapping[str, object], ...] = ()
 
     @property
     def priced(self) -> bool:
         """Billed at a provider's prices rather than the flat model."""
         return self.pricing is not None and self.pricing.name != "flat"
+
+
+def distinct_labels(
+    specs: Sequence[str], params: Sequence[Mapping[str, object]] = ()
+) -> tuple[str, ...]:
+    """One column label per run: its strategy spec, with the parameters it was given on the
+    command line when the spec repeats, and ``#n`` when even those repeat.
+
+    Example:
+        >>> distinct_labels(["hiding", "hiding", "guard"], [{}, {"preserve_recent_n": 3}, {}])
+        ('hiding', 'hiding (preserve_recent_n=3)', 'guard')
+        >>> distinct_labels(["hiding", "hiding"])
+        ('hiding #1', 'hiding #2')
+    """
+    labels = []
+    for k, spec in enumerate(specs):
+        given = params[k] if k < len(params) else {}
+        repeated = specs.count(spec) > 1
+        shown = ", ".join(f"{name}={value}" for name, value in given.items())
+        labels.append(f"{spec} ({shown})" if repeated and shown else spec)
+    seen: dict[str, int] = {}
+    out = []
+    for label in labels:
+        if labels.count(label) > 1:
+            seen[label] = seen.get(label, 0) + 1
+            out.append(f"{label} #{seen[label]}")
+        else:
+            out.append(label)
+    return tuple(out)
 
 
 def ratio(part: float, whole: float) -> float | None:
@@ -94,6 +141,8 @@ def stats_json(stats: ReplayStats, *, per_call: bool) -> dict[str, Any]:
     """One ``Stats`` object of the replay schema."""
     data: dict[str, Any] = {key: getattr(stats, _ATTRIBUTES.get(key, key)) for key in _STAT_KEYS}
     data["cost"] = round(stats.cost, 3)
+    for key in ("summarizer_hot_s", "summarizer_background_s", "summarizer_waited_s"):
+        data[key] = round(data[key], 3)
     data["removed_then_referenced_rate"] = round(_referenced_rate(stats), 4)
     if per_call:
         data["context_tokens"] = list(stats.context_tokens)
@@ -225,10 +274,12 @@ def is_loss(value: float | None) -> bool:
     return value is not None and round(value, 3) > 1
 
 
-def _cell(value: float, base: float, key: str, *, long: bool) -> str:
+def _cell(value: float, base: float, key: str, *, long: bool, can_lose: bool = True) -> str:
+    """``value (share of base)``, marked LOSS above 100% when the baseline could have run
+    (``can_lose``: a baseline with calls over the window is no price to beat)."""
     share = ratio(value, base)
     text = _pct(share) + (" of no compaction" if long and share is not None else "")
-    if key in _LOSS_KEYS and is_loss(share):
+    if can_lose and key in _LOSS_KEYS and is_loss(share):
         text += ", LOSS" if long else " LOSS"
     return f"{_num(value)} ({text})"
 
@@ -242,6 +293,7 @@ def _rows(pricing: Pricing | None, *, recall: bool) -> tuple[tuple[str, str, boo
             out.append(row)
             if recall:
                 out.append(("  could be recalled", "recallable_results", False))
+                out.append(("  lost for good", "lost_results", False))
         elif row[1] == "cost" and pricing is not None and not flat:
             out.append((f"cost ({_short(pricing.name, 15)})", "cost", True))
             out.append(("cache reads (tokens)", "cache_read_tokens", False))
@@ -271,7 +323,9 @@ def _block(
     for name, key, with_ratio in _rows(priced, recall=recall):
         base = getattr(baseline, key)
         cells = [
-            _cell(getattr(stats, key), base, key, long=long)
+            _cell(
+                getattr(stats, key), base, key, long=long, can_lose=not baseline.calls_over_window
+            )
             if with_ratio
             else _referenced_cell(stats)
             if key == "referenced_results"
@@ -279,8 +333,11 @@ def _block(
             for stats in compacted
         ]
         rows.append((name, "-" if key == "referenced_results" else _num(base), cells))
-    width = max(26, *(len(cell) + 2 for _, _, cells in rows for cell in cells))
-    head = "".join(f"{_short(label, width - 2):>{width}}" for label in labels)
+    # Wide enough for every label: two runs of one strategy differ only at their end.
+    width = max(
+        26, *(len(label) + 2 for label in labels), *(len(c) + 2 for _, _, r in rows for c in r)
+    )
+    head = "".join(f"{label:>{width}}" for label in labels)
     lines = [title, f"  {'':<22}{'no compaction':>15}{head}"]
     lines += [f"  {name:<22}{base:>15}{''.join(f'{c:>{width}}' for c in cells)}"
               for name, base, cells in rows]  # fmt: skip
@@ -322,63 +379,141 @@ def _file_table(labels: Sequence[str], replays: Sequence[FileReplay]) -> list[st
 
 
 def _verdict_word(stats: ReplayStats, baseline: ReplayStats) -> str:
-    lost = [k for k in _LOSS_KEYS if is_loss(ratio(getattr(stats, k), getattr(baseline, k)))]
-    if lost:
-        return "LOSS (" + ", ".join("input" if k == "input_tokens" else k for k in lost) + ")"
+    """A file's verdict for one strategy: the window first, then the cost."""
+    words = []
+    if stats.calls_over_window:
+        words.append(f"OVER WINDOW ({stats.calls_over_window})")
+    elif baseline.calls_over_window:
+        words.append("fits")
+    if not baseline.calls_over_window:  # a loss only against a baseline that could run
+        lost = [k for k in _LOSS_KEYS if is_loss(ratio(getattr(stats, k), getattr(baseline, k)))]
+        if lost:
+            names = ", ".join("input" if k == "input_tokens" else k for k in lost)
+            words.append(f"LOSS ({names})")
+    if words:
+        return ", ".join(words)
     if stats.compactions == 0 and stats.cost == baseline.cost:
         return "no change"
     return "saves"
 
 
-# What to try when a strategy costs more than not compacting, by the words in its name.
-# Measured on the seven mini-swe-agent traces (window 16,000, reserved 4,000): Schema 1 went
-# from 104.5% of no compaction to 93.7% with clear_at_least=4000 and 99.5% with
-# batch_turns=5, hiding from 86.3% to 80.8% and 85.8%; a larger keep window made both worse
-# (window_turns=16: 105.2%, preserve_recent_n=10: 100.7%), so it is not suggested.
-_ADVICE = (
+# What to try when a strategy costs more than not compacting, by the words in its name: a lead
+# and the settings it suggests, each under the key that says it was already given. Measured on
+# the seven mini-swe-agent traces (window 16,000, reserved 4,000): Schema 1 went from 104.5% of
+# no compaction to 93.7% with clear_at_least=4000 and 99.5% with batch_turns=5, hiding from
+# 86.3% to 80.8% and 85.8%; a larger keep window made both worse (window_turns=16: 105.2%,
+# preserve_recent_n=10: 100.7%), so it is not suggested.
+_ADVICE: tuple[tuple[tuple[str, ...], str, tuple[tuple[str, str], ...]], ...] = (
     (
         ("then-summary", "thensummary"),
-        "compact later and less often: a smaller --reserved, or keep more recent messages "
-        "whole: --param max_preserved_messages=6",
+        "compact later and less often",
+        (
+            ("--reserved", "a smaller --reserved"),
+            ("max_preserved_messages", "keep more recent messages whole: "
+             "--param max_preserved_messages=6"),
+        ),
     ),
     (
         ("hiding", "schema1", "masking"),
-        "rewrite old results in batches, so the cached prefix survives between them: "
-        "--param clear_at_least={batch} (only once that many tokens are freed), or "
-        "--param batch_turns=5",
+        "rewrite old results in batches, so the cached prefix survives between them",
+        (
+            ("clear_at_least", "--param clear_at_least={batch} (only once that many tokens "
+             "are freed)"),
+            ("batch_turns", "--param batch_turns=5"),
+        ),
     ),
     (
         ("summary",),
-        "summarize less often: a smaller --reserved (compacts later), or keep more recent "
-        "messages: --param max_preserved_messages=6",
+        "summarize less often",
+        (
+            ("--reserved", "a smaller --reserved (compacts later)"),
+            ("max_preserved_messages", "keep more recent messages: "
+             "--param max_preserved_messages=6"),
+        ),
     ),
     (
         ("guard",),
-        "drop more at once so it happens less often: a larger --param reserve_tokens",
+        "drop more at once so it happens less often",
+        (("reserve_tokens", "a larger --param reserve_tokens"),),
     ),
     (
         ("truncation",),
-        "truncate only the biggest results: a larger --param max_chars",
+        "truncate only the biggest results",
+        (("max_chars", "a larger --param max_chars"),),
     ),
+)  # fmt: skip
+# Measured on the 17 public traces: schema1-masking then context-guard in a pipeline leaves 0 of
+# 1,044 calls over the window at 16k/4k and at 32k/8k (schema1-masking alone: 12 of 20 on one
+# trace at 16k).
+_WINDOW_ADVICE = (
+    "end it with the guard, which fits every request it runs on: in a --config file, "
+    '[compaction] strategy = "pipeline" and [compaction.params] steps = {steps}'
 )
+
+
+def window_advice(label: str) -> str:
+    """What to try when the strategy named ``label`` leaves calls over the window.
+
+    Example:
+        >>> window_advice("schema1-masking (window_turns=4)").endswith(
+        ...     'steps = ["schema1-masking", "context-guard"]')
+        True
+    """
+    spec = label.split(" (", 1)[0].split(" #", 1)[0]
+    if spec == "pipeline":
+        return _WINDOW_ADVICE.format(steps='[...its steps, "context-guard"]')
+    return _WINDOW_ADVICE.format(steps=f'["{spec}", "context-guard"]')
+
+
 _GENERIC_ADVICE = (
     "rewrite old messages less often: its batching parameters (clear_at_least, batch_turns) "
     "if it has them"
 )
 
 
-def advice(label: str, trigger: int) -> str:
+def advice(label: str, trigger: int, given: Mapping[str, object] | None = None) -> str:
     """The setting to try when the strategy named ``label`` costs more than no compaction.
 
     ``trigger`` is the token count compaction starts at; a batch of a third of it is
-    suggested for ``clear_at_least``.
+    suggested for ``clear_at_least``. ``given`` holds the parameters (and flags, such as
+    ``--reserved``) the run already set: a setting already given at the suggested value is
+    not suggested again, and one given at another value is named with it.
     """
     key = label.lower().replace("_", "-")
-    batch = max(1_000, round(trigger / 3, -3))
-    for words, text in _ADVICE:
-        if any(word in key for word in words):
-            return text.format(batch=f"{batch:.0f}")
+    batch = f"{max(1_000, round(trigger / 3, -3)):.0f}"
+    given = given or {}
+    for words, lead, settings in _ADVICE:
+        if not any(word in key for word in words):
+            continue
+        tries = []
+        for name, text in settings:
+            suggested = text.format(batch=batch)
+            if name in given:
+                value = given[name]
+                if f"{name}={value}" in suggested:
+                    continue  # already what it would suggest
+                suggested += f" (this run: {name}={value})"
+            tries.append(suggested)
+        if not tries:
+            shown = ", ".join(f"{name}={given[name]}" for name, _ in settings if name in given)
+            return (
+                f"its suggested settings are already given ({shown}) and it still loses: "
+                "try another strategy"
+            )
+        return f"{lead}: " + ", or ".join(tries)
     return _GENERIC_ADVICE
+
+
+def _percent_of(stats: ReplayStats, baseline: ReplayStats) -> str:
+    cost = ratio(stats.cost, baseline.cost)
+    share = ratio(stats.input_tokens, baseline.input_tokens)
+    return f"cost {_pct(cost)} of no compaction, input {_pct(share)}"
+
+
+def _window_words(stats: ReplayStats) -> str:
+    if not stats.calls_over_window:
+        return f"every one of its {stats.calls:,} calls fits the window"
+    return f"{stats.calls_over_window:,} of {stats.calls:,} calls still over the window"
 
 
 def _verdict(label: str, stats: ReplayStats, baseline: ReplayStats) -> str:
@@ -386,21 +521,56 @@ def _verdict(label: str, stats: ReplayStats, baseline: ReplayStats) -> str:
     share = ratio(stats.input_tokens, baseline.input_tokens)
     if cost is None or share is None:
         return f"{label}: no model call to compare"
+    window = _window_words(stats)
     if stats.compactions == 0 and stats.failed_compactions:
         return (
             f"{label}: no change: all {stats.failed_compactions:,} compaction attempts failed "
-            "(the errors are above)"
+            f"(the errors are above); {window}"
         )
     if stats.compactions == 0 and stats.cost == baseline.cost:
+        if stats.triggers:
+            return (
+                f"{label}: no change: the trigger fired {stats.triggers:,} times and the "
+                f"strategy found nothing to compact; {window}"
+            )
         return (
             f"{label}: no change: the conversation never reached the trigger "
-            f"(peak {baseline.peak_context_tokens:,} tokens)"
+            f"(peak {baseline.peak_context_tokens:,} tokens); {window}"
         )
-    figures = f"cost {_pct(cost)} of no compaction, input {_pct(share)}"
+    figures = _percent_of(stats, baseline)
+    if stats.calls_over_window:
+        return f"{label}: does not keep the window: {window}; {figures}"
+    if baseline.calls_over_window:  # the comparison is with a run that could not happen
+        above = " (above a baseline that could not run)" if is_loss(cost) else ""
+        return f"{label}: keeps the window ({window}); {figures}{above}"
     if is_loss(cost) or is_loss(share):
         breaks = f"{stats.cache_breaks:,} cache breaks against {baseline.cache_breaks:,}"
         return f"{label}: LOSS: {figures}; {breaks}"
     return f"{label}: saves {1 - cost:.1%} of the cost ({figures})"
+
+
+def _summarizer_timing(stats: ReplayStats) -> str | None:
+    """Where the summarizer's time went: on the hot path (the agent waited) or ahead of
+    time, in the background; ``None`` when it was never called."""
+    if not stats.summarizer_calls:
+        return None
+    hot, background = stats.summarizer_hot_calls, stats.summarizer_background_calls
+    parts = [
+        f"{background:,} call(s) in the background ({stats.summarizer_background_s:.1f} s)",
+        f"{hot:,} on the hot path ({stats.summarizer_hot_s:.1f} s, "
+        f"{stats.hot_calls_after_first:,} after the first compaction)",
+    ]
+    if stats.summarizer_waited_s:
+        parts.append(f"{stats.summarizer_waited_s:.1f} s waiting for a summary made ahead")
+    used = f"; summaries made ahead used by {stats.ahead_used:,} compaction(s)"
+    return "summarizer: " + ", ".join(parts) + (used if stats.ahead_used else "")
+
+
+def _ranked(compacted: Sequence[ReplayStats]) -> list[int]:
+    """Run indices, best first: fewest calls over the window, then the lowest cost."""
+    return sorted(
+        range(len(compacted)), key=lambda n: (compacted[n].calls_over_window, compacted[n].cost)
+    )
 
 
 def _verdicts(
@@ -409,15 +579,29 @@ def _verdicts(
     compacted: Sequence[ReplayStats],
     replays: Sequence[FileReplay],
 ) -> list[str]:
-    """One line per strategy; a list of the files it loses on and what to try when any."""
-    lines = ["verdict (cache-adjusted cost decides):"]
+    """The baseline's own fit, then one line per strategy, best first (calls over the window,
+    then cost); the files each loses on and what to try when any."""
+    lines = ["verdict (calls over the window first, then the cache-adjusted cost):"]
+    if baseline.calls_over_window:
+        lines.append(
+            f"  no compaction could not have run: {baseline.calls_over_window:,} of "
+            f"{baseline.calls:,} calls are over the window (input + reserved > "
+            f"{settings.max_context_size:,}); its cost is what a run that fails would have cost"
+        )
     trigger = settings.max_context_size - settings.reserved_context_size
-    for n, (label, stats) in enumerate(zip(settings.strategies, compacted, strict=True)):
-        lines.append(f"  {_verdict(label, stats, baseline)}")
+    order = _ranked(compacted) if len(compacted) > 1 else [0]
+    for rank, n in enumerate(order, 1):
+        label, stats = settings.strategies[n], compacted[n]
+        number = f"{rank}. " if len(order) > 1 else ""
+        lines.append(f"  {number}{_verdict(label, stats, baseline)}")
+        timing = _summarizer_timing(stats)
+        if timing is not None:
+            lines.append(f"    {timing}")
         losing = [
             (item.name, ratio(item.compacted[n].cost, item.baseline.cost))
             for item in replays
-            if any(
+            if not item.baseline.calls_over_window
+            and any(
                 is_loss(ratio(getattr(item.compacted[n], k), getattr(item.baseline, k)))
                 for k in _LOSS_KEYS
             )
@@ -426,8 +610,11 @@ def _verdicts(
             shown = ", ".join(f"{_short_name(name)} (cost {_pct(r)})" for name, r in losing[:5])
             more = f" and {len(losing) - 5} more" if len(losing) > 5 else ""
             lines.append(f"    loses on {len(losing)} of {len(replays)} files: {shown}{more}")
-        if losing:
-            lines.append(f"    try: {advice(label, trigger)}")
+        if stats.calls_over_window:
+            lines.append(f"    try: {window_advice(label)}")
+        elif losing:
+            given = settings.params[n] if n < len(settings.params) else None
+            lines.append(f"    try: {advice(label, trigger, given)}")
     return lines
 
 

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from .._config.config import Config, load_config
 from .._defaults import REPLAY_MAX_CONTEXT_SIZE, REPLAY_RESERVED_CONTEXT_SIZE
-from .._wiring import Wiring, build_counter, build_llm_with_window, configured_window, wire
+from .._wiring import Wiring, build_counter, build_summarizer, configured_window, wire
 from ..replay import MemoCounter, MeteredLLM
 from ._io import CliError
 
@@ -139,7 +139,7 @@ def build_setup(
     # No circuit breaker around a replay's summarizer: every failure is measured.
     summarizer = config.compaction.llm
     llm = (
-        MeteredLLM(build_llm_with_window(summarizer, config.models), counter)
+        MeteredLLM(build_summarizer(summarizer, config.models, breakers=False), counter)
         if summarizer is not None
         else None
     )
@@ -165,24 +165,58 @@ def build_setup(
 
 def _with_llm_flags(args: argparse.Namespace, config: Config) -> Config:
     """``--llm-base-url`` / ``--llm-model`` (/ ``--llm-api-key-env``): an OpenAI-compatible
-    summarizer that replaces the config's ``[compaction.llm]``."""
+    summarizer that replaces the config's ``[compaction.llm]``; ``--llm-timeout`` and
+    ``--llm-retries`` set its ``timeout`` and ``max_retries`` (or the config's summarizer's).
+
+    Raises:
+        CliError: A flag that needs a summarizer and none is given, or a value out of range.
+    """
     url = getattr(args, "llm_base_url", None)
     model = getattr(args, "llm_model", None)
     key_env = getattr(args, "llm_api_key_env", None)
     window = getattr(args, "llm_context_window", None)
+    limits = _llm_limits(args)
     if url is None and model is None:
         if key_env is not None or window is not None:
             flag = "--llm-api-key-env" if key_env is not None else "--llm-context-window"
             raise CliError(f"{flag} needs --llm-model (and usually --llm-base-url)")
-        return config
+        if not limits:
+            return config
+        if config.compaction.llm is None:
+            flag = "--llm-timeout" if "timeout" in limits else "--llm-retries"
+            raise CliError(
+                f"{flag} needs a summarizer: --llm-base-url URL --llm-model NAME, or a "
+                "[compaction.llm] table in --config FILE",
+                flag=flag,
+            )
+        table = {**config.compaction.llm.model_dump(exclude_unset=True), **limits}
+        return config.with_compaction(llm=table)
     if model is None:
         raise CliError("--llm-base-url needs --llm-model NAME (the summarizer's model)")
-    table: dict[str, Any] = {"provider": "openai", "model": model, "base_url": url}
+    table = {"provider": "openai", "model": model, "base_url": url, **limits}
     if key_env is not None:
         table["api_key_env"] = key_env
     if window is not None:
         table["context_window"] = window
     return config.with_compaction(llm=table)
+
+
+def _llm_limits(args: argparse.Namespace) -> dict[str, Any]:
+    """``--llm-timeout`` / ``--llm-retries`` as ``[compaction.llm]`` keys, checked."""
+    limits: dict[str, Any] = {}
+    timeout = getattr(args, "llm_timeout", None)
+    retries = getattr(args, "llm_retries", None)
+    if timeout is not None:
+        if not timeout > 0:
+            raise CliError(
+                f"--llm-timeout must be > 0 seconds, got {timeout:g}", flag="--llm-timeout"
+            )
+        limits["timeout"] = float(timeout)
+    if retries is not None:
+        if not 0 <= retries <= 20:
+            raise CliError(f"--llm-retries must be 0 to 20, got {retries}", flag="--llm-retries")
+        limits["max_retries"] = retries
+    return limits
 
 
 def _limits(args: argparse.Namespace, config: Config | None) -> tuple[int, int]:

@@ -108,7 +108,8 @@ class Conversations:
         if state is None:
             state = self._states[key] = ControllerState()
             while len(self._states) > self.max_conversations:
-                self._states.popitem(last=False)
+                _, forgotten = self._states.popitem(last=False)
+                forgotten.ahead.cancel()  # its summary made ahead would never be used
         else:
             self._states.move_to_end(key)
         return state

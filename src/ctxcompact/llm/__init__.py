@@ -6,6 +6,7 @@
   ``ctxcompact[anthropic]``.
 * :class:`CircuitBreakerLLM`: wraps any model so that an outage is paid once: after failed
   calls it refuses calls at once for a cool-down, then lets one probe through.
+* :class:`FallbackLLM`: a chain of models tried in turn (``[compaction.llm] fallbacks``).
 
 Importing :mod:`ctxcompact.llm` imports neither SDK; each adapter module imports its own and
 raises :class:`~ctxcompact.exceptions.MissingDependencyError` with the ``pip install`` line
@@ -19,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from ..exceptions import AuthenticationError, ConfigError
 from ._breaker import BreakerStats, CircuitBreakerLLM, LLMOutages, watch_outages
+from ._fallback import FallbackLLM
 from ._retry import RetryCallback, RetryEvent
 
 if TYPE_CHECKING:
@@ -33,6 +35,7 @@ __all__ = [
     "AnthropicLLM",
     "BreakerStats",
     "CircuitBreakerLLM",
+    "FallbackLLM",
     "LLMOutages",
     "LLMSettings",
     "OpenAIChatLLM",

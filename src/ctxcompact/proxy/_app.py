@@ -267,6 +267,8 @@ class ProxyApp:
         try:
             yield
         finally:
+            if isinstance(self.rewriter, _AsyncClosable):  # its background summaries
+                await self.rewriter.aclose()
             if self._owns_client:
                 await self.http.aclose()
             for model in self._owned_models:

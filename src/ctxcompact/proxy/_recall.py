@@ -36,9 +36,8 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 import httpx
 from starlette.responses import JSONResponse, Response
 
-from .._contract.tools import ERROR_PREFIX
 from .._defaults import MAX_RECALL_ROUNDS
-from ..store._recall import RECALL_TOOL_NAME, execute_recall
+from ..store._recall import RECALL_TOOL_NAME, execute_recall, recall_found
 from ._recall_formats import SHAPES, RecallShape, budget_spent, kept_back, tool_name
 from ._recall_stream import ChatStream, StreamState, sse_events
 from ._recall_stream_messages import MessagesStream
@@ -100,7 +99,7 @@ class Recall:
             (cid, execute_recall(self.store, args, namespace=namespace)) for cid, args in calls
         ]
         if self.on_answered is not None:
-            found = sum(1 for _, text in results if not text.startswith(ERROR_PREFIX))
+            found = sum(1 for _, text in results if recall_found(text))
             self.on_answered(len(results), found)
         return results
 

@@ -20,15 +20,18 @@ from .._controller.state import ControllerState
 from .._formats.anthropic import from_anthropic, to_anthropic
 from .._formats.openai_chat import from_openai, to_openai
 from .._history.messages import Message
+from ._ahead import AheadSummaries
 from ._responses import responses_codec
 from ._reuse import remember_rewrite, reuse_rewrites
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
+    from .._contract.protocols import SummaryAhead
     from .._controller.controller import CompactionController
     from .._controller.events import CompactionEvent
     from .._tokens.counters import TokenCounter
+    from ..store._records import OriginalsStore
     from ._recall import Recall
     from ._windows import ModelWindows
 
@@ -166,7 +169,8 @@ class Rewriter:
             upstream keeps (``previous_response_id``, ``conversation``), whose earlier turns
             the proxy neither sees nor could send back.
         reuse_summaries: With the controller's store, reuse a conversation's earlier
-            compaction instead of computing it again (:mod:`ctxcompact.proxy._reuse`).
+            compaction instead of computing it again (:mod:`ctxcompact.proxy._reuse`), and
+            keep its summaries made ahead of time there (:mod:`ctxcompact.proxy._ahead`).
 
     Example:
         >>> from ctxcompact import CompactionController
@@ -198,6 +202,12 @@ class Rewriter:
         self.counter: TokenCounter = counter
         """Counts the requests it forwards unchanged (``skipped``) too."""
         self.reuse_summaries = reuse_summaries and shared.store is not None
+        self.ahead = AheadSummaries()
+        """The summaries being made ahead of time, in the background."""
+
+    async def aclose(self) -> None:
+        """Cancel the summaries still being made ahead (the proxy's shutdown)."""
+        await self.ahead.aclose()
 
     @property
     def strategy_name(self) -> str:
@@ -260,8 +270,11 @@ class Rewriter:
         counter = controller.token_counter
         store = controller.store
         namespace = caller if caller is not None else controller.store_namespace
-        # per request: the proxy keeps nothing between requests (but what the store keeps)
-        state = ControllerState(namespace=namespace if store is not None else None)
+        # per request: the proxy keeps nothing between requests (but what the store keeps),
+        # so nothing runs in the background of this state: the store holds those summaries
+        state = ControllerState(
+            namespace=namespace if store is not None else None, background=False
+        )
         received, reused = history, 0
         # A compaction made for one window is not the one another window needs (with no
         # window configured, each model's): kept rewrites are per caller and per window.
@@ -277,6 +290,11 @@ class Rewriter:
         reserved = (
             min(max_tokens, controller.max_context_size - 1) if max_tokens is not None else None
         )
+        made_ahead = None
+        if self.reuse_summaries and store is not None:
+            made_ahead = await self._offer_ahead(
+                controller, store, namespace, history, state, reserved, scope
+            )
         step = await controller.step(
             history,
             max_output_tokens=max_tokens,
@@ -292,6 +310,16 @@ class Rewriter:
         if step.compacted and self.reuse_summaries and store is not None:
             await remember_rewrite(
                 store, namespace, received, reused, history, step.history, scope=scope
+            )
+        if self.reuse_summaries and store is not None and (made_ahead is None or step.compacted):
+            self.ahead.start(
+                controller,
+                store,
+                namespace,
+                step.history,
+                state=state,
+                reserved_context_size=reserved,
+                scope=scope,
             )
         request: Sequence[Message] = step.request
         history = received
@@ -357,6 +385,25 @@ class Rewriter:
             over_window=over_window(after, max_tokens, window),
             compaction=event,
         )
+
+    async def _offer_ahead(
+        self,
+        controller: CompactionController,
+        store: OriginalsStore,
+        namespace: str,
+        history: Sequence[Message],
+        state: ControllerState,
+        reserved: int | None,
+        scope: str,
+    ) -> SummaryAhead | None:
+        """Offer ``state`` the summary made ahead for ``history`` that the store keeps, when
+        the history is near enough its trigger for one to exist; returns it."""
+        if not controller.ahead_due(history, state=state, reserved_context_size=reserved):
+            return None
+        ahead = await self.ahead.find(store, namespace, history, scope=scope)
+        if ahead is not None:
+            controller.offer_ahead(history, ahead, state=state)
+        return ahead
 
     def _skipped(
         self,

@@ -34,15 +34,19 @@ Example:
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Literal
 
 from .._contract.protocols import has_context_window
+from .._controller.ahead import in_background
 from .._controller.state import ControllerState
 from .._formats.files import read_conversation
 from .._history.messages import Message
 from .._tokens.counters import counts_text
 from .._tokens.pricing import PRICING, CacheMeter, CallCost, Pricing, message_time, provider
+from ..store._removed import Removal, removed_originals
+from ._recoverable import RecallCheck
 from ._referenced import (
     ReferencedReport,
     ReferencedResult,
@@ -58,6 +62,7 @@ __all__ = [
     "MemoCounter",
     "MeteredLLM",
     "Pricing",
+    "RecallCheck",
     "ReferencedReport",
     "ReferencedResult",
     "ReplayMode",
@@ -134,6 +139,11 @@ class MeteredLLM:
     after each call it bills), as a cache-aligned summary's does, reads that prefix from the
     provider's cache: its tokens are counted in ``cached_tokens`` (at most the call's input).
 
+    Each call is also timed, and counted as made in the background (a summary written ahead
+    of the trigger, :func:`ctxcompact._controller.ahead.in_background`) or on the hot path
+    (while the agent's next model call waited for it): ``background_calls`` /
+    ``background_s`` and ``hot_calls`` / ``hot_s``.
+
     Example:
         >>> import asyncio
         >>> from ctxcompact import HeuristicTokenCounter
@@ -150,6 +160,10 @@ class MeteredLLM:
         self.calls = 0
         self.tokens = 0
         self.cached_tokens = 0
+        self.hot_calls = 0
+        self.hot_s = 0.0
+        self.background_calls = 0
+        self.background_s = 0.0
         self.previous: Sequence[Message] = ()
         # Forwarded so a summarizer still sees its model's own window (WindowedLLM).
         self.context_window = inner.context_window if has_context_window(inner) else None
@@ -162,9 +176,20 @@ class MeteredLLM:
         tools: Sequence[ToolSpec] | None = None,
         max_tokens: int | None = None,
     ) -> Completion:
-        completion = await self.inner.complete(
-            messages, system=system, tools=tools, max_tokens=max_tokens
-        )
+        background = in_background()
+        start = time.perf_counter()
+        try:
+            completion = await self.inner.complete(
+                messages, system=system, tools=tools, max_tokens=max_tokens
+            )
+        finally:
+            elapsed = time.perf_counter() - start
+            if background:
+                self.background_calls += 1
+                self.background_s += elapsed
+            else:
+                self.hot_calls += 1
+                self.hot_s += elapsed
         self.calls += 1
         prompt = [Message.system(system), *messages] if system else list(messages)
         usage = completion.usage
@@ -192,6 +217,8 @@ class ReplayStats:
 
     Attributes:
         calls: Model calls replayed (assistant messages).
+        triggers: Calls before which a trigger rule fired (the strategy ran, or a loop guard
+            held it back): what a compaction needs, whether or not one followed.
         compactions: Triggered compactions that replaced the stored history.
         failed_compactions: Compaction attempts the controller reported as failed, rejected or
             blocked by its circuit breaker (the history was kept).
@@ -211,14 +238,40 @@ class ReplayStats:
             :func:`ctxcompact.replay._referenced.removed_then_referenced`.
         referenced_results: Of those, the ones a later answer quoted while they were out of
             view ("removed then referenced").
-        recallable_results: Of the referenced ones, those the agent could have recalled: recall
-            was on (a store and recall placeholders) and the store held the original.
+        recallable_results: Of the referenced ones, those that really came back: the input of
+            the call that quoted it names a handle of it (a recall marker, a drop note, a
+            range it lists) and the recall executor, paged through as a model would, returns
+            its text byte for byte (:class:`RecallCheck`).
+            Nothing asks the store whether it holds an id.
+        lost_results: Of the referenced ones, the others: lost for good at that call.
+        removed_originals: Every original (a tool result, a call's arguments, a user or
+            assistant message) some call's input no longer held as it was, counted once.
+        lost_originals: Of those, the ones that did not come back (as for
+            ``recallable_results``) from at least one input that lacked them.
+        cleared_arguments: Of ``removed_originals``, the calls' arguments (cleared, or
+            dropped with their call).
+        lost_arguments: Of those, the ones lost at least once.
         summarizer_calls: Calls made to the summarizer LLM.
         summarizer_tokens: Tokens (input + output) those calls used.
         summarizer_cached_tokens: Of their input, the tokens repeating the previous model
             call's input prefix, read from the cache (cache-aligned summaries).
         summarizer_cost: Their cost in token units: the cached input at the replay's cached
             price, everything else at 1.
+        summarizer_hot_calls: Summarizer calls (failed ones included) made on the hot path:
+            while the agent's next model call waited for the compaction.
+        summarizer_hot_s: Seconds those took.
+        summarizer_background_calls: Summarizer calls made ahead of the trigger, in the
+            background (``precompute_ratio``), while the agent went on.
+        summarizer_background_s: Seconds those took.
+        hot_calls_after_first: Of the hot-path calls, those made after the first compaction
+            (with summaries made ahead, 0 unless a summary was not ready or did not suffice).
+        summarizer_waited_s: Seconds compactions waited for a summary being made ahead that
+            had not finished (on the hot path too). A replay lets each background summary
+            finish before the next call (standing for the time the agent's model takes to
+            answer), so this stays 0 there; a live agent reports it in its events.
+        ahead_used: Compactions that put a summary made ahead in place.
+        ahead_unused: Compactions offered one that did without it (hiding sufficed, or it no
+            longer lined up).
         context_tokens: The input tokens of each call, in order (for plots).
         call_costs: The cache-adjusted cost of each call, in order.
         compaction_calls: The 1-based calls before which the history was compacted.
@@ -231,6 +284,7 @@ class ReplayStats:
     """
 
     calls: int = 0
+    triggers: int = 0
     compactions: int = 0
     failed_compactions: int = 0
     input_tokens: int = 0
@@ -244,10 +298,23 @@ class ReplayStats:
     removed_results: int = 0
     referenced_results: int = 0
     recallable_results: int = 0
+    lost_results: int = 0
+    removed_originals: int = 0
+    lost_originals: int = 0
+    cleared_arguments: int = 0
+    lost_arguments: int = 0
     summarizer_calls: int = 0
     summarizer_tokens: int = 0
     summarizer_cached_tokens: int = 0
     summarizer_cost: float = 0.0
+    summarizer_hot_calls: int = 0
+    summarizer_hot_s: float = 0.0
+    summarizer_background_calls: int = 0
+    summarizer_background_s: float = 0.0
+    hot_calls_after_first: int = 0
+    summarizer_waited_s: float = 0.0
+    ahead_used: int = 0
+    ahead_unused: int = 0
     context_tokens: list[int] = field(default_factory=list)
     call_costs: list[float] = field(default_factory=list)
     compaction_calls: list[int] = field(default_factory=list)
@@ -308,7 +375,10 @@ async def replay(
         cached_price: Price of a cached token relative to an uncached one (``flat``).
         llm: The metered summarizer the controller was given, to report its calls.
         mode: ``agent`` (the stored history is compacted) or ``proxy`` (every call starts
-            from the whole recording, with a fresh controller state).
+            from the whole recording, with a fresh controller state). In ``agent`` mode a
+            summary the controller makes ahead of the trigger (``precompute_ratio``) is let
+            finish after each call, standing for the time the agent's model takes to answer:
+            its summarizer calls count as made in the background.
         window: ``(max_context_size, reserved_context_size)`` to count calls over the
             window; defaults to the controller's limits (no count without either).
         on_failure: Called with the controller's error text for each failed compaction.
@@ -317,7 +387,9 @@ async def replay(
         pricing: Bill as this provider does (``None``: flat at ``cached_price``). Its TTL
             applies where the assistant messages carry timestamps.
         referenced: Also measure what the strategy removed that a later answer quoted
-            (``removed_results``, ``referenced_results``, ``recallable_results``).
+            (``removed_results``, ``referenced_results``, ``recallable_results``,
+            ``lost_results``) and whether every original removed from an input comes back
+            through recall (``removed_originals`` and the others).
 
     Returns:
         The replay's statistics.
@@ -367,16 +439,47 @@ def _measure_referenced(
     stats.removed_results = report.removed
     stats.referenced_results = report.referenced
     store = controller.store if controller is not None else None
-    if store is None or controller is None or controller.recall_placeholder is None:
-        return stats
+    check = (
+        RecallCheck(store, namespace=controller.store_namespace)
+        if store is not None and controller is not None
+        else None
+    )
     for detail in report.details:
-        if not detail.referenced or detail.tool_call_id is None:
+        if not detail.referenced or detail.referenced_at is None:
             continue
-        record = store.get(controller.store_namespace, detail.tool_call_id)
+        view = inputs.get(detail.referenced_at)
         original = conversation[detail.position]
-        # Ids are re-used across turns: only the very content counts as recallable.
-        stats.recallable_results += record is not None and record.message.text == original.text
+        removal = Removal(
+            detail.position, original, "dropped", detail.tool_call_id or "", None, None
+        )
+        back = check is not None and view is not None and check.comes_back(removal, view)
+        stats.recallable_results += back
+    stats.lost_results = stats.referenced_results - stats.recallable_results
+    _measure_removals(stats, conversation, inputs, check)
     return stats
+
+
+def _measure_removals(
+    stats: ReplayStats,
+    conversation: Sequence[Message],
+    inputs: dict[int, list[Message]],
+    check: RecallCheck | None,
+) -> None:
+    """Every original some input lacked, and whether it came back from each such input."""
+    lost: dict[tuple[int, str], bool] = {}
+    for index, view in sorted(inputs.items()):
+        for removal in removed_originals(conversation[:index], view):
+            if removal.kind == "range":
+                continue
+            key = (removal.position, removal.call.id if removal.call is not None else "")
+            if lost.get(key):
+                continue
+            lost[key] = check is None or not check.comes_back(removal, view)
+    stats.removed_originals = len(lost)
+    stats.lost_originals = sum(lost.values())
+    arguments = [v for (_, call), v in lost.items() if call]
+    stats.cleared_arguments = len(arguments)
+    stats.lost_arguments = sum(arguments)
 
 
 class _TraceClock:
@@ -403,6 +506,8 @@ async def _replay(
     stats = ReplayStats()
     llm_calls, llm_tokens = (llm.calls, llm.tokens) if llm is not None else (0, 0)
     llm_cached = llm.cached_tokens if llm is not None else 0
+    timings = _Timings.of(llm)
+    compacted_once = False
     if window is None and controller is not None:
         window = (controller.max_context_size, controller.reserved_context_size)
     history: list[Message] = []
@@ -413,16 +518,27 @@ async def _replay(
                 clock.now = at
             request: Sequence[Message] = history
             if controller is not None:
+                hot_before = llm.hot_calls if llm is not None else 0
                 if mode == "proxy":
-                    step = await controller.step(conversation[:index], state=ControllerState())
+                    # A request's state lives as long as the request: nothing in the background.
+                    fresh = ControllerState(background=False)
+                    step = await controller.step(conversation[:index], state=fresh)
                 else:
                     step = await controller.step(history)
                     if step.compacted:
                         history = list(step.history)
+                if compacted_once and llm is not None:
+                    stats.hot_calls_after_first += llm.hot_calls - hot_before
                 if step.compacted:
+                    compacted_once = True
                     stats.compactions += 1
                     stats.compaction_calls.append(stats.calls + 1)
                 event = step.event
+                if event is not None:
+                    stats.triggers += 1
+                    stats.summarizer_waited_s += event.waited_s
+                    stats.ahead_used += event.ahead == "used"
+                    stats.ahead_unused += event.ahead == "unused"
                 if event is not None and event.status in _FAILED:
                     stats.failed_compactions += 1
                     stats.failed_calls.append(stats.calls + 1)
@@ -437,7 +553,12 @@ async def _replay(
                 stats.calls_over_window += 1
             if on_call is not None:
                 on_call(index, request)
+            if controller is not None and mode == "agent":
+                await controller.settle()  # while the agent's model answers
         history.append(message)
+    if controller is not None and mode == "agent":
+        controller.state.ahead.cancel()  # the recording ends: nothing more to summarize for
+    timings.fill(stats, llm)
     if llm is not None:
         stats.summarizer_calls = llm.calls - llm_calls
         stats.summarizer_tokens = llm.tokens - llm_tokens
@@ -445,6 +566,31 @@ async def _replay(
         # The provider's prices: Anthropic bills the uncached part as a cache write (1.25x).
         stats.summarizer_cost = meter.pricing.cost(stats.summarizer_tokens, cached)
     return stats
+
+
+@dataclass(frozen=True, slots=True)
+class _Timings:
+    """The metered summarizer's hot-path and background counters when a replay starts."""
+
+    hot_calls: int = 0
+    hot_s: float = 0.0
+    background_calls: int = 0
+    background_s: float = 0.0
+
+    @classmethod
+    def of(cls, llm: MeteredLLM | None) -> _Timings:
+        if llm is None:
+            return cls()
+        return cls(llm.hot_calls, llm.hot_s, llm.background_calls, llm.background_s)
+
+    def fill(self, stats: ReplayStats, llm: MeteredLLM | None) -> None:
+        """Set ``stats``' timings to what ``llm`` recorded since."""
+        if llm is None:
+            return
+        stats.summarizer_hot_calls = llm.hot_calls - self.hot_calls
+        stats.summarizer_hot_s = llm.hot_s - self.hot_s
+        stats.summarizer_background_calls = llm.background_calls - self.background_calls
+        stats.summarizer_background_s = llm.background_s - self.background_s
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,9 +1,17 @@
-"""Recall: a tool the model calls to see a removed tool result again, a window at a time.
+"""Recall: a tool the model calls to see a removed original again, a window at a time.
 
 One executor (:func:`execute_recall`) serves every loop: the :class:`~ctxcompact.Tool` that
 :func:`recall_tool` builds for :class:`~ctxcompact.Agent`, and any other loop (the proxy) that
-hands it the model's arguments. Results come back as numbered lines, ``limit`` at a time from
-``offset``, or only the lines matching ``pattern``, so a huge result never returns whole.
+hands it the model's arguments. The model names the *handle* a marker gave it (a tool-call
+id, ``args:...``, ``#...``: :mod:`ctxcompact.kit._markers`); the original comes back as
+numbered lines, ``limit`` at a time from line ``offset``, or only the lines matching
+``pattern``, so a huge original never returns whole.
+
+Exactly what was removed comes back: lines are split on ``\\n`` only, so a ``\\r`` before it
+(CRLF) stays in the line, a text ending with a newline shows a last, empty line, and a line
+longer than :data:`MAX_RECALL_CHARS` comes in pieces (``char_offset`` goes on inside it).
+:func:`recall_whole` pages through the answers as a model would and reassembles the
+original, byte for byte: what replay and the tests compare.
 
 The model chooses ``pattern`` (and a prompt injection in any tool result can choose it for the
 model), so it is matched by RE2, whose time is linear in the text whatever the pattern:
@@ -13,20 +21,21 @@ Python's ``re`` took 11.8 s for ``(a+)+$`` over 27 characters, doubling with eac
 from __future__ import annotations
 
 import json
-import string
+import re
 from typing import TYPE_CHECKING, Any
 
 import re2
 
 from .._contract.tools import ERROR_PREFIX, Tool
 from .._history.messages import TextPart
-from ..exceptions import ConfigError
+from ..kit import ARGUMENTS_PREFIX, DEFAULT_RECALL_TEMPLATE, RANGE_PREFIX, RECALL_TOOL_NAME
+from ..kit import recall_placeholder as recall_placeholder
 from ._records import DEFAULT_NAMESPACE
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
 
-    from ._records import OriginalsStore
+    from ._records import OriginalsStore, StoredOriginal
 
 __all__ = [
     "DEFAULT_RECALL_LINES",
@@ -34,19 +43,13 @@ __all__ = [
     "MAX_RECALL_CHARS",
     "RECALL_TOOL_NAME",
     "execute_recall",
+    "recall_found",
     "recall_placeholder",
     "recall_tool",
     "recall_tool_spec_anthropic",
     "recall_tool_spec_openai",
+    "recall_whole",
 ]
-
-RECALL_TOOL_NAME = "recall_tool_result"
-"""The name the model sees."""
-
-DEFAULT_RECALL_TEMPLATE = (
-    '[tool result hidden: call recall_tool_result("{tool_call_id}") to see it again]'
-)
-"""The placeholder text naming the tool and the id; ``{tool_call_id}`` and ``{tool_name}``."""
 
 DEFAULT_RECALL_LINES = 200
 """Lines returned per recall when the model gives no ``limit``."""
@@ -54,56 +57,29 @@ DEFAULT_RECALL_LINES = 200
 MAX_RECALL_CHARS = 20_000
 """Characters returned per recall at most; a longer window stops early and says where."""
 
-_TEMPLATE_FIELDS = frozenset({"tool_call_id", "tool_name"})
-
-
-def recall_placeholder(
-    tool_call_id: str,
-    *,
-    template: str = DEFAULT_RECALL_TEMPLATE,
-    tool_name: str | None = None,
-) -> str:
-    """The text that stands for a removed result and tells the model how to recall it.
-
-    Raises:
-        ConfigError: ``template`` uses a field other than ``{tool_call_id}`` and
-            ``{tool_name}``, or does not name ``{tool_call_id}`` (the model could not recall).
-
-    Example:
-        >>> recall_placeholder("call_7")
-        '[tool result hidden: call recall_tool_result("call_7") to see it again]'
-    """
-    try:
-        fields = {f for _, f, _, _ in string.Formatter().parse(template) if f is not None}
-    except ValueError as exc:
-        raise ConfigError(f"invalid recall template {template!r}: {exc}", key="template") from None
-    unknown = sorted(fields - _TEMPLATE_FIELDS)
-    if unknown or "tool_call_id" not in fields:
-        raise ConfigError(
-            f"recall template {template!r} must name {{tool_call_id}} and may use only "
-            f"{sorted(_TEMPLATE_FIELDS)}" + (f" (unknown: {unknown})" if unknown else ""),
-            key="template",
-        )
-    return template.format(tool_call_id=tool_call_id, tool_name=tool_name or "unknown")
-
 
 def _recall_tool_result(
     tool_call_id: str,
     offset: int | None = None,
     limit: int | None = None,
     pattern: str | None = None,
+    char_offset: int | None = None,
 ) -> str:
-    """See again a tool result that was hidden or removed from the conversation.
+    """See again what was hidden, cut, cleared or dropped from the conversation.
 
     Returns numbered lines: a window of `limit` lines from line `offset`, or the lines
-    matching `pattern`. Page through a long result with `offset` rather than asking for it all.
+    matching `pattern`. Page through a long text with `offset` rather than asking for it all.
 
     Args:
-        tool_call_id: The id named in the placeholder that replaced the result.
-        offset: The first line to return (1 is the first line of the result).
+        tool_call_id: The handle a marker names: a tool-call id for a result (possibly with
+            @ and digits), args:<id> for a call's arguments, #<digits> for a message,
+            #r<digits> for the list of what was dropped or summarised.
+        offset: The first line to return (1 is the first line).
         limit: How many lines to return at most (200 by default).
         pattern: A regular expression (RE2 syntax: Python's without look-around or
             backreferences); only matching lines are returned.
+        char_offset: Within line `offset`, the first character to return (1 is the
+            first): to go on inside a line too long to come back at once.
     """
     raise NotImplementedError  # the signature and docstring make the schema; see recall_tool
 
@@ -201,33 +177,63 @@ class _LineFilter:
         self.matches = lambda line: search(line.encode("utf-8", "surrogatepass")) is not None
 
 
-def _parse(
-    arguments: Mapping[str, Any] | str,
-) -> tuple[str, int, int | None, _LineFilter | None]:
-    if isinstance(arguments, str):
-        try:
-            arguments = json.loads(arguments) if arguments.strip() else {}
-        except json.JSONDecodeError as exc:
-            raise _BadArguments(
-                f"the arguments are not valid JSON ({exc.msg} at char {exc.pos})"
-            ) from None
-    if not isinstance(arguments, dict):
-        raise _BadArguments("the arguments must be a JSON object with a tool_call_id")
-    call_id = arguments.get("tool_call_id")
-    if not isinstance(call_id, str) or not call_id:
-        raise _BadArguments("tool_call_id is required: the id named in the placeholder")
-    unknown = sorted(set(arguments) - {"tool_call_id", "offset", "limit", "pattern"})
-    if unknown:
-        raise _BadArguments(
-            f"unknown argument(s) {unknown}; use tool_call_id, offset, limit, pattern"
-        )
-    offset, limit = _positive(arguments, "offset"), _positive(arguments, "limit")
-    pattern = arguments.get("pattern")
-    if pattern is None:
-        return call_id, offset or 1, limit, None
-    if not isinstance(pattern, str):
-        raise _BadArguments("pattern must be a string (a regular expression)")
-    return call_id, offset or 1, limit, _LineFilter(pattern)
+_KNOWN = ("tool_call_id", "offset", "limit", "pattern", "char_offset")
+
+
+class _Request:
+    __slots__ = ("char_offset", "handle", "limit", "offset", "regex")
+
+    def __init__(self, arguments: Mapping[str, Any] | str) -> None:
+        if isinstance(arguments, str):
+            try:
+                arguments = json.loads(arguments) if arguments.strip() else {}
+            except json.JSONDecodeError as exc:
+                raise _BadArguments(
+                    f"the arguments are not valid JSON ({exc.msg} at char {exc.pos})"
+                ) from None
+        if not isinstance(arguments, dict):
+            raise _BadArguments("the arguments must be a JSON object with a tool_call_id")
+        handle = arguments.get("tool_call_id")
+        if not isinstance(handle, str) or not handle:
+            raise _BadArguments("tool_call_id is required: the handle its marker names")
+        unknown = sorted(set(arguments) - set(_KNOWN))
+        if unknown:
+            raise _BadArguments(f"unknown argument(s) {unknown}; use {', '.join(_KNOWN)}")
+        self.handle = handle
+        self.offset = _positive(arguments, "offset") or 1
+        self.limit = _positive(arguments, "limit")
+        self.char_offset = _positive(arguments, "char_offset") or 1
+        pattern = arguments.get("pattern")
+        if pattern is not None and not isinstance(pattern, str):
+            raise _BadArguments("pattern must be a string (a regular expression)")
+        self.regex = None if pattern is None else _LineFilter(pattern)
+
+
+def _find(store: OriginalsStore, namespace: str, handle: str) -> StoredOriginal | None:
+    record = store.get(namespace, handle)
+    if record is not None:
+        return record
+    # "id@position": the placeholders of ctxcompact 0.2 named the position of a result whose
+    # id was re-used; records stored then are found that way still.
+    base, at, position = handle.rpartition("@")
+    if at and base and position.isdigit() and len(position) < 8:
+        record = store.get(namespace, base, position=int(position))
+        if record is not None and record.position == int(position):
+            return record
+    return None
+
+
+def _title(handle: str, record: StoredOriginal) -> tuple[str, str]:
+    """What the answer calls the original, and its text."""
+    message = record.message
+    if message.role == "tool":
+        return f"Tool result {handle}", message.text
+    if handle.startswith(ARGUMENTS_PREFIX) and message.tool_calls and len(message.tool_calls) == 1:
+        call = message.tool_calls[0]
+        return f"Arguments of call {handle[len(ARGUMENTS_PREFIX) :]} ({call.name})", call.arguments
+    if record.kind == "range" or handle.startswith(RANGE_PREFIX):
+        return f"Removed messages {handle}", message.text
+    return f"Message {handle} ({message.role})", message.text
 
 
 def execute_recall(
@@ -238,8 +244,9 @@ def execute_recall(
 ) -> str:
     """Run a recall: the text to send back to the model as the tool's result.
 
-    Never raises for what the model got wrong (bad JSON, an unknown id, a bad regular
-    expression) or for a store failure: those come back as text starting with ``"Error: "``.
+    Never raises: what the model got wrong (bad JSON, a bad regular expression) comes back
+    as text starting with ``"Error: "``, and so does a store failure. A handle the store no
+    longer holds (its size bound evicted it) or never held gets a plain sentence saying so.
 
     Args:
         store: Where the originals are.
@@ -257,89 +264,180 @@ def execute_recall(
         2: two
     """
     try:
-        call_id, offset, limit, regex = _parse(arguments)
+        request = _Request(arguments)
     except _BadArguments as exc:
         return _error(str(exc))
+    handle = request.handle
     try:
-        record = store.get(namespace, call_id)
-        if record is None:
-            # "id@position": a placeholder names the position when its id is re-used in the
-            # history, so each of the results that share an id can be recalled.
-            base, at, position = call_id.rpartition("@")
-            if at and base and position.isdigit():
-                record = store.get(namespace, base, position=int(position))
-                if record is not None and record.position != int(position):
-                    record = None
+        record = _find(store, namespace, handle)
     except Exception as exc:  # a store failure is the tool's failure, not the loop's
         return _error(f"the store of removed results failed ({type(exc).__name__})")
     if record is None:
-        return _error(
-            f"no removed result is stored for tool_call_id {call_id!r}. Only results that "
-            "were hidden or removed can be recalled; use the id their placeholder names."
+        return (
+            f"{_MISSING} {handle!r} any more: the store of removed originals "
+            "drops the oldest ones past its size bound, or no marker named this handle. It "
+            "cannot be recalled; read it again from its source if you still need it."
         )
+    title, text = _title(handle, record)
     message = record.message
     other_parts = (
         sum(1 for p in message.content if not isinstance(p, TextPart))
         if isinstance(message.content, tuple)
         else 0
     )
-    return _window(call_id, message.text, offset, limit, regex, other_parts)
+    return _window(title, text, request, other_parts)
+
+
+_MISSING = "Nothing is kept under"
+
+
+def recall_found(answer: str) -> bool:
+    """Whether an :func:`execute_recall` answer holds the original (not an error, not the
+    sentence saying the handle is not held).
+
+    Example:
+        >>> from ctxcompact.store import MemoryStore
+        >>> recall_found(execute_recall(MemoryStore(), {"tool_call_id": "gone"}))
+        False
+    """
+    return not answer.startswith((ERROR_PREFIX, _MISSING))
 
 
 def _count(n: int, noun: str) -> str:
     return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
-def _window(
-    call_id: str,
-    text: str,
-    offset: int,
-    limit: int | None,
-    regex: _LineFilter | None,
-    other_parts: int,
-) -> str:
-    lines = text.splitlines()
+def _window(title: str, text: str, request: _Request, other_parts: int) -> str:
+    lines = text.split("\n")
     total = len(lines)
     parts = f", {other_parts} non-text part(s) not shown" if other_parts else ""
-    head = f"Tool result {call_id} ({_count(total, 'line')}, {len(text)} characters{parts})"
-    if total == 0:
-        return f"{head}: the result has no text."
+    head = f"{title} ({_count(total, 'line')}, {len(text)} characters{parts})"
+    if not text:
+        return f"{head}: the text is empty."
+    offset, regex = request.offset, request.regex
     if offset > total:
         return f"{head}: offset {offset} is past the last line ({total})."
-    budget = limit or DEFAULT_RECALL_LINES
+    budget = request.limit or DEFAULT_RECALL_LINES
+    room = MAX_RECALL_CHARS
     shown: list[str] = []
-    chars = 0
+    more: tuple[int, int] | None = None  # (line, char) to go on from
     last = offset - 1
-    stopped_early = False
+    start = request.char_offset - 1
     for number in range(offset, total + 1):
         line = lines[number - 1]
+        skip = start if number == offset else 0
         if regex is not None and not regex.matches(line):
             continue
         if len(shown) == budget:
-            stopped_early = True
+            more = (number, 1)
             break
-        if len(line) > MAX_RECALL_CHARS:
-            line = line[:MAX_RECALL_CHARS] + f" [line cut at {MAX_RECALL_CHARS} of {len(line)}]"
-        if shown and chars + len(line) > MAX_RECALL_CHARS:
-            stopped_early = True
-            break
-        shown.append(f"{number}: {line}")
-        chars += len(line) + 1
+        piece = line[skip:]
+        if len(piece) > room:
+            if shown:
+                more = (number, skip + 1)
+                break
+            piece = piece[:room]
+            more = (number, skip + len(piece) + 1)
+        label = f"{number}: " if skip == 0 else f"{number} (from char {skip + 1}): "
+        shown.append(label + piece)
+        room -= len(piece) + 1
         last = number
+        if more is not None:
+            break
     if regex is not None:
-        what = f"matching {regex.pattern!r} from line {offset}"
         if not shown:
             return f"{head}: no line from line {offset} on matches {regex.pattern!r}."
+        what = f"matching {regex.pattern!r} from line {offset}"
         head = f"{head}, {_count(len(shown), 'line')} {what}:"
     else:
         head = f"{head}, lines {offset}-{last}:"
+        if more is None and last < total:
+            more = (last + 1, 1)
     out = [head, *shown]
-    if stopped_early or (regex is None and last < total):
+    if more is not None:
+        line_no, char = more
         same = " and the same pattern" if regex is not None else ""
-        out.append(
-            f"[more from line {last + 1}: call {RECALL_TOOL_NAME} with offset={last + 1}{same}]"
-        )
+        if char > 1:
+            out.append(
+                f"[more from line {line_no}, char {char}: call {RECALL_TOOL_NAME} with "
+                f"offset={line_no} and char_offset={char}{same}]"
+            )
+        else:
+            out.append(
+                f"[more from line {line_no}: call {RECALL_TOOL_NAME} with offset={line_no}{same}]"
+            )
     return "\n".join(out)
+
+
+_HEAD = re.compile(r"\((\d+) lines?, (\d+) characters")
+_LINE = re.compile(r"(\d+)(?: \(from char (\d+)\))?: ")
+_MORE = re.compile(r"\[more from line (\d+)(?:, char (\d+))?: ")
+
+
+def recall_whole(
+    store: OriginalsStore | None,
+    handle: str,
+    *,
+    namespace: str = DEFAULT_NAMESPACE,
+    execute: Callable[[dict[str, Any]], str] | None = None,
+    max_calls: int = 10_000,
+) -> str | None:
+    """The original behind ``handle`` as recall gives it back, or ``None`` when it does not.
+
+    Calls the executor as a model would (:func:`execute_recall` on ``store``, or
+    ``execute`` with the arguments, e.g. a request through the proxy), follows each answer's
+    ``[more ...]`` line and puts the pieces back together. It never reads the store itself:
+    what it returns is what the model can get.
+
+    Example:
+        >>> from ctxcompact import Message
+        >>> from ctxcompact.store import MemoryStore, StoredOriginal
+        >>> store = MemoryStore()
+        >>> text = "a\\r\\nb\\n" + "x" * 50_000 + "\\n"
+        >>> store.put(StoredOriginal.from_message(Message.tool("c1", text), position=1,
+        ...                                       kind="hidden"))
+        >>> recall_whole(store, "c1") == text
+        True
+    """
+    if execute is None:
+        if store is None:
+            raise ValueError("recall_whole needs a store or an execute function")
+        target = store
+
+        def execute(arguments: dict[str, Any]) -> str:
+            return execute_recall(target, arguments, namespace=namespace)
+
+    pieces: dict[int, list[str]] = {}
+    arguments: dict[str, Any] = {"tool_call_id": handle, "limit": 100_000}
+    total = None
+    for _ in range(max_calls):
+        answer = execute(arguments)
+        head, _, body = answer.partition("\n")
+        match = _HEAD.search(head)
+        if match is None or answer.startswith(ERROR_PREFIX):
+            return None
+        total = int(match.group(1))
+        if head.endswith(": the text is empty."):
+            return ""
+        rows = body.split("\n") if body else []
+        more = _MORE.match(rows[-1]) if rows else None
+        if more is not None:
+            rows = rows[:-1]
+        for row in rows:
+            label = _LINE.match(row)
+            if label is None:
+                return None
+            pieces.setdefault(int(label.group(1)), []).append(row[label.end() :])
+        if more is None:
+            break
+        arguments = {"tool_call_id": handle, "limit": 100_000, "offset": int(more.group(1))}
+        if more.group(2):
+            arguments["char_offset"] = int(more.group(2))
+    else:
+        return None
+    if total is None or sorted(pieces) != list(range(1, total + 1)):
+        return None
+    return "\n".join("".join(pieces[n]) for n in range(1, total + 1))
 
 
 def recall_tool(store: OriginalsStore, *, namespace: str = DEFAULT_NAMESPACE) -> Tool:
@@ -356,10 +454,14 @@ def recall_tool(store: OriginalsStore, *, namespace: str = DEFAULT_NAMESPACE) ->
         offset: int | None = None,
         limit: int | None = None,
         pattern: str | None = None,
+        char_offset: int | None = None,
     ) -> str:
-        arguments = {"tool_call_id": tool_call_id, "offset": offset, "limit": limit}
+        arguments: dict[str, Any] = {"tool_call_id": tool_call_id, "offset": offset}
+        arguments["limit"] = limit
         if pattern is not None:
             arguments["pattern"] = pattern
+        if char_offset is not None:
+            arguments["char_offset"] = char_offset
         return execute_recall(store, arguments, namespace=namespace)
 
     recall_tool_result.__doc__ = _recall_tool_result.__doc__

@@ -1,9 +1,10 @@
 """What an originals store keeps, and the Protocol a store implements.
 
-A record is one message a rewrite removed from what the model sees, serialised losslessly
-(the :class:`~ctxcompact.Message` model's own JSON), with where it was (``position``), a hash of
-that JSON, and why it went (``kind``). Ids are re-used across turns in real traces, so a record
-is identified by its id *and* its position and hash, never by its id alone.
+A record is one original a rewrite removed from what the model sees, serialised losslessly
+(the :class:`~ctxcompact.Message` model's own JSON), kept under its recall *handle* (the
+``tool_call_id`` field: a tool-call id, ``id@hash``, ``args:...``, ``#hash`` or ``#r...``; the
+scheme is :mod:`ctxcompact.kit._markers`'s), with where it was (``position``), a hash of that
+JSON, and why it went (``kind``). Two records of one handle are told apart by their hash.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import json
 import time
 import weakref
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Literal, Protocol, TypeGuard, runtime_checkable
 
 from pydantic import ValidationError
 
@@ -25,9 +26,12 @@ if TYPE_CHECKING:
 __all__ = [
     "DEFAULT_NAMESPACE",
     "REMOVAL_KINDS",
+    "CountsEvictions",
     "OriginalsStore",
     "RemovalKind",
     "StoredOriginal",
+    "content_digest",
+    "counts_evictions",
     "credential_namespace",
     "dump_message",
     "load_message",
@@ -35,10 +39,20 @@ __all__ = [
     "summary_key",
 ]
 
-RemovalKind = Literal["hidden", "masked", "truncated", "dropped", "summarised"]
-"""Why a message left the model's view (see :func:`~ctxcompact.store.removed_originals`)."""
+RemovalKind = Literal["hidden", "masked", "truncated", "cleared", "dropped", "summarised", "range"]
+"""Why an original left the model's view (see :func:`~ctxcompact.store.removed_originals`);
+``cleared`` is a call's arguments, ``range`` the list of what one rewrite dropped or
+summarised (each with its handle)."""
 
-REMOVAL_KINDS: tuple[RemovalKind, ...] = ("hidden", "masked", "truncated", "dropped", "summarised")
+REMOVAL_KINDS: tuple[RemovalKind, ...] = (
+    "hidden",
+    "masked",
+    "truncated",
+    "cleared",
+    "dropped",
+    "summarised",
+    "range",
+)
 """Every :data:`RemovalKind`, in the order a report lists them."""
 
 DEFAULT_NAMESPACE = "default"
@@ -105,6 +119,17 @@ def _dumped(message: Message) -> tuple[str, str]:
     return content, digest
 
 
+def content_digest(message: Message) -> str:
+    """The hex SHA-256 of the message's JSON (:func:`dump_message`), computed once per
+    message object: what recall handles take their digits from.
+
+    Example:
+        >>> content_digest(Message.user("x")) == content_digest(Message.user("x"))
+        True
+    """
+    return _dumped(message)[1]
+
+
 def message_key(message: Message) -> str:
     """A hash of the message's JSON (:func:`dump_message`): equal messages, equal keys."""
     return _dumped(message)[1]  # once per message object: a request asks up to three times
@@ -141,14 +166,16 @@ class StoredOriginal:
 
     Attributes:
         namespace: Whose it is (``"default"``; the proxy uses a hash of the caller's key).
-        tool_call_id: The id of the tool call the result answers; for a message that is not a
-            tool result (a dropped user turn), ``"#<position>"``.
+        tool_call_id: The handle it is kept and recalled under: the id of the tool call a
+            result answers (``id@hash`` when the id is re-used), ``args:`` and that for a
+            call's arguments, ``#hash`` for another message, ``#r...`` for a range.
         position: The message's index in the history it was removed from.
         tool_name: The name of the call it answers, when known.
         content: The original :class:`~ctxcompact.Message` as JSON (:func:`dump_message`).
         content_hash: SHA-256 of ``content``; with the position, what tells apart two results
             that share an id.
-        kind: ``hidden``, ``masked``, ``truncated``, ``dropped`` or ``summarised``.
+        kind: ``hidden``, ``masked``, ``truncated``, ``cleared``, ``dropped``,
+            ``summarised`` or ``range``.
         created_at: When it was stored (seconds since the epoch).
 
     Example:
@@ -178,9 +205,10 @@ class StoredOriginal:
         tool_name: str | None = None,
         created_at: float | None = None,
     ) -> StoredOriginal:
-        """A record of ``message``; the id defaults to its ``tool_call_id`` (or ``#position``)."""
+        """A record of ``message``; the handle defaults to its ``tool_call_id`` (or
+        ``#`` and 10 digits of its hash)."""
         content, digest = _dumped(message)
-        key = tool_call_id or message.tool_call_id or f"#{position}"
+        key = tool_call_id or message.tool_call_id or "#" + digest[:10]
         return cls(
             namespace=namespace,
             tool_call_id=key,
@@ -247,3 +275,28 @@ class OriginalsStore(Protocol):
 
     def get_summary(self, namespace: str, key: str) -> tuple[Message, ...] | None:
         """The messages kept under ``key``, or ``None``."""
+
+
+@runtime_checkable
+class CountsEvictions(Protocol):
+    """An optional ability of a store: it counts the entries its size bound evicted.
+
+    The controller reads the count before and after each ``put``: when it moved, it checks
+    that what it just stored is still there before a marker promises a recall, and reports
+    the eviction (a ``store_evicted`` problem, a WARNING line without content).
+    :class:`~ctxcompact.store.MemoryStore` and :class:`~ctxcompact.store.SQLiteStore` count.
+
+    Example:
+        >>> from ctxcompact.store import MemoryStore
+        >>> counts_evictions(MemoryStore()), counts_evictions(object())
+        (True, False)
+    """
+
+    evictions: int
+    """Entries evicted by this object so far (never decreases)."""
+
+
+def counts_evictions(store: object) -> TypeGuard[CountsEvictions]:
+    """Whether ``store`` counts its evictions (see :class:`CountsEvictions`)."""
+    count = getattr(store, "evictions", None)
+    return isinstance(count, int) and not isinstance(count, bool)

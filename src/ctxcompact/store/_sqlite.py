@@ -103,6 +103,10 @@ class SQLiteStore:
         self.max_bytes = check_max_bytes(max_bytes)
         self._lock = threading.Lock()
         self._conn: sqlite3.Connection | None = None
+        self.evictions = 0
+        """Entries this object evicted so far to stay under ``max_bytes`` (other processes
+        sharing the file count their own)."""
+        self._evicting = 0
         try:
             _make_private(self.path)
             conn = sqlite3.connect(
@@ -267,6 +271,7 @@ class SQLiteStore:
             conn = self._connection()
             try:
                 conn.execute("BEGIN IMMEDIATE")
+                self._evicting = 0
                 try:
                     work(conn)
                     self._evict(conn)
@@ -274,6 +279,7 @@ class SQLiteStore:
                 except BaseException:
                     conn.execute("ROLLBACK")
                     raise
+                self.evictions += self._evicting
             except sqlite3.Error as exc:
                 raise StoreError(f"cannot write to the store: {exc}", path=self.path) from exc
             except UnicodeEncodeError as exc:
@@ -313,6 +319,7 @@ class SQLiteStore:
             freed += size
         conn.executemany("DELETE FROM entries WHERE id = ?", doomed)
         conn.execute("UPDATE totals SET value = value - ? WHERE name = 'bytes'", (freed,))
+        self._evicting = len(doomed)
         logger.info(
             "store %s: evicted the %d least recently stored entries (%d bytes) to stay under "
             "max_bytes=%d",

@@ -16,13 +16,13 @@
 from __future__ import annotations
 
 from ..kit import (
+    DROP_MARKER,
     HIDDEN_PLACEHOLDER,
     KLIP13_PLACEHOLDER,
     SCHEMA1_PLACEHOLDER,
     SCHEMA1_SEED_PLACEHOLDER,
 )
 from ._clear_inputs import ToolInputClearing
-from ._fit import DROP_MARKER
 from ._guard import ContextGuard
 from ._hiding import ToolResultHiding
 from ._hiding_then_summary import HidingThenSummary

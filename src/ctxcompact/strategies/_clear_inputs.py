@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from .._history.groups import tool_groups
 from .._tokens.counters import HeuristicTokenCounter, TokenCounter
 from ..exceptions import ConfigError
-from ..kit import batched_boundary, check_int, options_repr, validate_template
+from ..kit import INPUT_MARKER, batched_boundary, check_int, options_repr, validate_template
 
 if TYPE_CHECKING:
     from collections.abc import Collection, Sequence
@@ -24,9 +24,6 @@ if TYPE_CHECKING:
     from .._history.messages import Message, ToolCall
 
 __all__ = ["INPUT_MARKER", "ArgumentClearer", "ToolInputClearing", "clearer_for"]
-
-INPUT_MARKER = "[cleared: {chars} chars]"
-"""The default marker; ``{chars}`` is the length of the string it replaces."""
 
 _MEMO_LIMIT = 4096  # arguments remembered per instance (a proxy serves many conversations)
 

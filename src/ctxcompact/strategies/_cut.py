@@ -10,8 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from .._history.messages import Message, TextPart
-from ..kit import with_content
-from ._truncation import TRUNCATION_MARKER
+from ..kit import truncation_marker, with_content
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -41,11 +40,12 @@ def water_fill(items: list[tuple[int, int, int]], room: int) -> list[tuple[int, 
     return [(i, max(low, lo)) for i, size, low in items if size > max(low, lo)]
 
 
-def cut_message(message: Message, keep: int) -> Message:
-    """``message`` with its texts cut to ``keep`` characters in all, head + marker + tail."""
+def cut_message(message: Message, keep: int, handle: str | None = None) -> Message:
+    """``message`` with its texts cut to ``keep`` characters in all, head + marker + tail
+    (the recall form of the marker, naming ``handle``, when given)."""
     content = message.content
     if isinstance(content, str):
-        return with_content(message, cut_text(content, keep))
+        return with_content(message, cut_text(content, keep, handle))
     if not content:
         return message
     total = sum(len(p.text) for p in content if isinstance(p, TextPart))
@@ -54,18 +54,20 @@ def cut_message(message: Message, keep: int) -> Message:
         if isinstance(part, TextPart) and total:
             part_keep = len(part.text) * keep // total
             if part_keep < len(part.text):
-                part = part.model_copy(update={"text": cut_text(part.text, part_keep)})
+                part = part.model_copy(update={"text": cut_text(part.text, part_keep, handle)})
         parts.append(part)
     return message.model_copy(update={"content": tuple(parts)})
 
 
-def cut_text(text: str, keep: int) -> str:
+def cut_text(text: str, keep: int, handle: str | None = None) -> str:
     n = len(text)
     if keep >= n:
         return text
     head = keep // 2
     tail = keep - head
-    return text[:head] + TRUNCATION_MARKER.format(omitted=n - keep) + text[n - tail :]
+    offset = text.count("\n", 0, head) + 1
+    marker = truncation_marker(n - keep, handle=handle, offset=offset)
+    return text[:head] + marker + text[n - tail :]
 
 
 def shrink(
@@ -73,8 +75,9 @@ def shrink(
     target: int,
     count: Callable[[Message], int],
     finish: Callable[[Message], Message] | None = None,
+    handle: str | None = None,
 ) -> Message | None:
-    """The longest cut of ``message`` (``_cut_message``, then ``finish``) costing at most
+    """The longest cut of ``message`` (``cut_message``, then ``finish``) costing at most
     ``target`` tokens; ``None`` when even the shortest costs more."""
     done = finish or (lambda m: m)
     content = message.content
@@ -82,13 +85,13 @@ def shrink(
         length = len(content)
     else:
         length = sum(len(p.text) for p in content or () if isinstance(p, TextPart))
-    best = done(cut_message(message, 0))
+    best = done(cut_message(message, 0, handle))
     if count(best) > target:
         return None
     lo, hi = 0, length - 1
     while lo < hi:  # the largest keep whose cut fits (the cost grows with keep, up to a digit)
         mid = (lo + hi + 1) // 2
-        candidate = done(cut_message(message, mid))
+        candidate = done(cut_message(message, mid, handle))
         if count(candidate) <= target:
             lo, best = mid, candidate
         else:

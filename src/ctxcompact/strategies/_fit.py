@@ -8,20 +8,30 @@ newest user message) with the exchange holding it, the newest exchange (its tool
 when it alone does not fit), the *lead* (what comes before the first assistant message: the
 first user message, where agents state their task), then older exchanges while they fit,
 newest first or by relevance (:class:`Fitter`'s ``rank``). When even the lead cannot fit,
-everything before the task goes (the guarantee of seed 003: system + task + newest step).
+everything before the task goes (the guarantee of seed 003: system + task + newest step), the
+pinned messages aside.
+
+Pinned messages (system messages, the first and the newest user message, the user's pins:
+:func:`ctxcompact.kit.pinned_indices`) are never dropped, like system messages inside an
+exchange; when nothing else can give the room, the pinned user messages are cut head + tail
+(the last resort).
+
+With recall on (the controller keeps what is removed), the note on the task is the recall
+form of :func:`ctxcompact.kit.drop_note`, written whenever anything was dropped, and every cut
+the recall form of the truncation marker, costed with stand-in handles of the real ones'
+length: the controller writes the real handles in afterwards.
 """
 
 from __future__ import annotations
 
 import logging
-import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from .._history.groups import tool_groups
 from .._history.messages import Message, TextPart
 from ..exceptions import ContextBudgetError
-from ..kit import call_names, with_content
+from ..kit import DROP_MARKER, DROP_NOTE_RE, STAND_IN_RANGE, call_names, drop_note, with_content
 from ._cut import cut_message, shrink, water_fill
 
 if TYPE_CHECKING:
@@ -32,6 +42,7 @@ __all__ = [
     "PINNED",
     "Fitter",
     "Plan",
+    "guard_pins",
     "log_truncated",
     "result_names",
     "units",
@@ -41,14 +52,17 @@ logger = logging.getLogger("ctxcompact.strategies.guard")
 
 PINNED = frozenset({"system", "developer"})
 
-DROP_MARKER = (
-    "[ctxcompact: {count} earlier step(s) of this task were dropped here to fit the window]"
-)
-"""Appended to the task when steps after it were dropped; ``{count}`` is how many."""
+_STAND_IN_MESSAGE = "#" + "0" * 10
 
-_DROP_MARKER_RE = re.compile(
-    r"(?:\n\n)?" + re.escape(DROP_MARKER).replace(r"\{count\}", r"(\d+)") + r"\Z"
-)
+
+def guard_pins(history: Sequence[Message], pinned: frozenset[int]) -> frozenset[int]:
+    """The pinned messages the guard keeps whatever it drops: system messages, and pinned
+    messages that are neither tool results nor tool calls (those belong to their step)."""
+    return frozenset(
+        i
+        for i in pinned
+        if history[i].role in PINNED or (history[i].role != "tool" and not history[i].tool_calls)
+    ) | frozenset(i for i, m in enumerate(history) if m.role in PINNED)
 
 
 def result_names(history: Sequence[Message]) -> dict[int, str]:
@@ -93,6 +107,8 @@ class Plan:
         after_task: How many of ``candidates`` (the newest ones) come after the task: the
             steps the note on the task counts.
         lead_kept: Whether the lead is in ``fixed`` (else everything before the task goes).
+        pinned: Indices of the pinned messages kept whatever is dropped (system messages
+            and :func:`guard_pins`), the task aside; their tokens are in no unit.
     """
 
     units: list[tuple[int, int]]
@@ -103,11 +119,19 @@ class Plan:
     task: int | None
     after_task: int
     lead_kept: bool
+    pinned: frozenset[int] = frozenset()
 
     @staticmethod
-    def of(history: Sequence[Message], tokens: Sequence[int], *, keep_lead: bool = True) -> Plan:
+    def of(
+        history: Sequence[Message],
+        tokens: Sequence[int],
+        *,
+        keep_lead: bool = True,
+        pinned: frozenset[int] = frozenset(),
+    ) -> Plan:
         """The plan for ``history`` (``tokens`` per message); without ``keep_lead``, every
-        message before the task is droppable and dropped (the seed's minimum)."""
+        message before the task is droppable and dropped (the seed's minimum), ``pinned``
+        (see :func:`guard_pins`) aside."""
         found = units(history)
         start = found[0][0] if found else len(history)
         opening = next((i for i, m in enumerate(history) if m.role == "user"), None)
@@ -120,14 +144,13 @@ class Plan:
             answers = any(history[i].role == "tool" for i in range(opening, found[k][1]))
             if not answers and k < len(found) - 1:
                 start, found = found[k][1], found[k + 1 :]
-        unit_tokens = [
-            sum(tokens[k] for k in range(s, e) if history[k].role not in PINNED) for s, e in found
-        ]
         task = max((i for i, m in enumerate(history) if m.role == "user"), default=None)
+        keep = guard_pins(history, pinned) - {task}
+        unit_tokens = [sum(tokens[k] for k in range(s, e) if k not in keep) for s, e in found]
         # The lead is kept from its first user message on: what precedes it (an orphan tool
         # result, an assistant turn) goes, so a trimmed history still opens with a user message.
         lead_from = 0 if opening is None or opening >= start else opening
-        lead = {i for i in range(lead_from, start) if history[i].role not in PINNED}
+        lead = {i for i in range(lead_from, start) if i not in keep}
         task_unit = None
         if task is not None and task >= start:
             task_unit = next(k for k, (s, e) in enumerate(found) if s <= task < e)
@@ -160,6 +183,7 @@ class Plan:
             task,
             after,
             keep_lead or task is None,
+            keep,
         )
 
 
@@ -181,11 +205,14 @@ class Fitter:
         soft: Older exchanges are kept only up to this many tokens (default: the budget);
             the task and the newest step may use all of the budget.
         count: The token counter's ``count_message``.
-        drop_marker: Note on the task how many steps after it were dropped.
+        drop_marker: Note on the task what was dropped.
         batch: Oldest-first only: exchanges are dropped in multiples of this.
         rank: Orders the droppable exchanges, most wanted first, and keeps each that fits
             (gaps allowed); ``None`` keeps the newest that fit, contiguous, and drops the
             older ones.
+        pinned: The pinned indices (:func:`ctxcompact.kit.pinned_indices`): never dropped,
+            cut head + tail only when nothing else gives the room.
+        recall: Write (and cost) the recall forms of the note and of the cut markers.
     """
 
     def __init__(
@@ -199,6 +226,8 @@ class Fitter:
         drop_marker: bool,
         batch: int = 1,
         rank: Callable[[Plan, Sequence[Message]], Sequence[int]] | None = None,
+        pinned: frozenset[int] = frozenset(),
+        recall: bool = False,
     ) -> None:
         self.work, self.tokens = work, tokens
         self.budget, self.count = budget, count
@@ -207,28 +236,40 @@ class Fitter:
         self.rank = rank
         self.drop_marker = drop_marker
         self.mark = drop_marker  # best effort: left out when it alone would not fit
-        self.pinned = sum(t for m, t in zip(work, tokens, strict=True) if m.role in PINNED)
+        self.pins = pinned
+        self.recall = recall
+        self.may_cut_pins = False  # only in the last plan tried (the last resort)
+        task = max((i for i, m in enumerate(work) if m.role == "user"), default=None)
+        self.pinned = sum(tokens[i] for i in guard_pins(work, pinned) - {task})
+        self._names: dict[int, str] = result_names(work) if recall else {}
+        self._reused: set[str] = set()
+        if recall:
+            seen: set[str] = set()
+            for message in work:
+                if message.role == "tool" and message.tool_call_id is not None:
+                    (self._reused if message.tool_call_id in seen else seen).add(
+                        message.tool_call_id
+                    )
 
     def fit(self) -> list[Message]:
         """The new history: within the budget, or :class:`ContextBudgetError`."""
-        plan = Plan.of(self.work, self.tokens)
-        try:
-            return self._fit(plan)
-        except _NoRoom as first:
-            fallback = Plan.of(self.work, self.tokens, keep_lead=False)
-            if fallback.fixed == plan.fixed:
-                raise ContextBudgetError(self.budget, first.parts) from None
+        plan = Plan.of(self.work, self.tokens, pinned=self.pins)
+        fallback = Plan.of(self.work, self.tokens, keep_lead=False, pinned=self.pins)
+        plans = [plan] if fallback.fixed == plan.fixed else [plan, fallback]
+        for n, tried in enumerate(plans):
             self.mark = self.drop_marker
+            self.may_cut_pins = n == len(plans) - 1
             try:
-                return self._fit(fallback)
-            except _NoRoom as second:
-                raise ContextBudgetError(self.budget, second.parts) from None
+                return self._fit(tried)
+            except _NoRoom as error:
+                parts = error.parts
+        raise ContextBudgetError(self.budget, parts) from None
 
     def _fit(self, plan: Plan) -> list[Message]:
         tokens = plan.unit_tokens
-        fixed = self.pinned + sum(self.tokens[i] for i in plan.fixed)
+        fixed = self.pinned + sum(self.tokens[i] for i in plan.fixed if i not in plan.pinned)
         newest = tokens[plan.newest] if plan.newest is not None else 0
-        marker = self._marker_cost(plan, plan.after_task) if plan.after_task else 0
+        marker = self._note_for(plan, set(plan.candidates))
         if fixed + newest + marker > self.budget:
             return self._cut(plan, marker)
         used = fixed + newest
@@ -245,7 +286,9 @@ class Fitter:
         kept = 0
         for pos in range(len(units) - 1, -1, -1):
             # The note is needed once a step after the task goes; before it, all were kept.
-            if used + tokens[units[pos]] + (marker if pos >= after else 0) > soft:
+            # (With recall, the note is needed once anything goes.)
+            need = marker if pos >= after or self.recall else 0
+            if used + tokens[units[pos]] + need > soft:
                 break
             used += tokens[units[pos]]
             kept += 1
@@ -282,9 +325,17 @@ class Fitter:
         return dropped
 
     def _note_for(self, plan: Plan, dropped: set[int]) -> int:
-        """The note's cost when the ``dropped`` candidates go."""
-        after = self._after(plan, dropped)
-        return self._marker_cost(plan, after) if after else 0
+        """The note's cost when the ``dropped`` candidates go (0 when none is written)."""
+        task = plan.task
+        if task is None or not self.mark or not self._noted_needed(plan, dropped):
+            return 0
+        return self.count(self._noted(self.work[task], plan, dropped)) - self.tokens[task]
+
+    def _noted_needed(self, plan: Plan, dropped: set[int]) -> bool:
+        """Whether the note is written: steps after the task went, or, with recall, anything."""
+        if self.recall:
+            return bool(self._gone(plan, dropped))
+        return bool(self._after(plan, dropped))
 
     @staticmethod
     def _after(plan: Plan, dropped: set[int] | list[int]) -> int:
@@ -294,32 +345,63 @@ class Fitter:
 
     def _exact_note(self, plan: Plan, dropped: int) -> int:
         """The note's cost when the ``dropped`` oldest candidates go."""
-        after = max(0, dropped - (len(plan.candidates) - plan.after_task))
-        return self._marker_cost(plan, after) if after else 0
+        return self._note_for(plan, set(plan.candidates[:dropped]))
+
+    # -- the note ------------------------------------------------------------------------------
+
+    def _keep(self, plan: Plan, dropped: set[int]) -> list[bool]:
+        """Which messages stay when the ``dropped`` candidates go."""
+        keep = [i in plan.pinned or m.role in PINNED for i, m in enumerate(self.work)]
+        for i in plan.fixed:
+            keep[i] = True
+        for k in (*(k for k in plan.candidates if k not in dropped), plan.newest):
+            if k is not None:
+                for i in range(*plan.units[k]):
+                    keep[i] = True
+        return keep
+
+    def _gone(self, plan: Plan, dropped: set[int]) -> list[int]:
+        """The messages dropped when the ``dropped`` candidates go, in order."""
+        return [i for i, kept in enumerate(self._keep(plan, dropped)) if not kept]
+
+    def _handle(self, i: int) -> str:
+        """A stand-in for the recall handle of ``work[i]``, as long as the real one: the
+        controller writes the real one in."""
+        call_id = self.work[i].tool_call_id
+        if self.work[i].role != "tool" or call_id is None:
+            return _STAND_IN_MESSAGE
+        return f"{call_id}@00000000" if call_id in self._reused else call_id
+
+    def _cut_handle(self, i: int) -> str | None:
+        """The handle a cut of ``work[i]`` names (a stand-in), or ``None`` without recall."""
+        return self._handle(i) if self.recall else None
+
+    def _noted(self, message: Message, plan: Plan, dropped: set[int]) -> Message:
+        """The task ``message`` with the note on what was dropped."""
+        if not self.recall:
+            return _with_marker(message, self._after(plan, dropped))
+        gone = self._gone(plan, dropped)
+        results = [
+            (self._names.get(i) or "unknown", self._handle(i))
+            for i in gone
+            if self.work[i].role == "tool"
+        ]
+        return _with_note(
+            message,
+            len(gone),
+            lambda n: drop_note(n, range_handle=STAND_IN_RANGE, results=results),
+        )
 
     # -- assembling ----------------------------------------------------------------------------
-
-    def _marker_cost(self, plan: Plan, dropped: int) -> int:
-        task = plan.task
-        if task is None or not self.mark:
-            return 0
-        message = self.work[task]
-        return self.count(_with_marker(message, dropped)) - self.tokens[task]
 
     def _assemble(
         self, plan: Plan, dropped: set[int], replaced: dict[int, Message]
     ) -> list[Message]:
         """Every message but those of the ``dropped`` units (and, without the lead, those
         before the task), with ``replaced`` messages swapped in and the note on the task."""
-        work, units = self.work, plan.units
-        keep = [m.role in PINNED for m in work]
-        for i in plan.fixed:
-            keep[i] = True
-        for k in (*(k for k in plan.candidates if k not in dropped), plan.newest):
-            if k is not None:
-                for i in range(*units[k]):
-                    keep[i] = True
-        steps = self._after(plan, dropped)
+        work = self.work
+        keep = self._keep(plan, dropped)
+        noted = self.mark and self._noted_needed(plan, dropped)
         out: list[Message] = []
         n_dropped = dropped_tokens = 0
         for i, message in enumerate(work):
@@ -328,8 +410,8 @@ class Fitter:
                 dropped_tokens += self.tokens[i]
                 continue
             message = replaced.get(i, message)
-            if i == plan.task and i not in replaced and steps and self.mark:
-                message = _with_marker(message, steps)
+            if i == plan.task and i not in replaced and noted:
+                message = self._noted(message, plan, dropped)
             out.append(message)
         if n_dropped:
             logger.warning(
@@ -350,24 +432,28 @@ class Fitter:
             kept.update(range(*plan.units[plan.newest]))
         results = sorted(i for i in kept if work[i].role == "tool")
         task = plan.task if plan.task in kept else None
-        others = sum(tokens[i] for i in kept if i not in results and i != task)
+        others = sum(
+            tokens[i] for i in kept if i not in results and i != task and i not in plan.pinned
+        )
         task_tokens = tokens[task] if task is not None else 0
         room = budget - self.pinned - others - marker_cost  # for the task and the results
-        minimum = {i: count(cut_message(work[i], 0)) for i in results}
+        minimum = {i: count(cut_message(work[i], 0, self._cut_handle(i))) for i in results}
         results_min = sum(minimum.values())
         results_full = sum(tokens[i] for i in results)
         replaced: dict[int, Message] = {}
-        steps = plan.after_task
+        every = set(plan.candidates)
         task_min = task_tokens
         if task is not None and task_tokens > budget:
-            task_min = count(cut_message(work[task], 0))
+            handle = self._cut_handle(task)
+            task_min = count(cut_message(work[task], 0, handle))
             share = min(results_full, max(results_min, room // 2))
-            marked = steps and self.mark
+            marked = self.mark and self._noted_needed(plan, every)
             cut_task = shrink(
                 work[task],
                 room - share + marker_cost,
                 count,
-                (lambda m: _with_marker(m, steps)) if marked else None,
+                (lambda m: self._noted(m, plan, every)) if marked else None,
+                handle,
             )
             if cut_task is not None:
                 replaced[task] = cut_task
@@ -379,6 +465,8 @@ class Fitter:
         if room < results_min and marker_cost:
             self.mark = False  # without the note it may fit: the guarantee does not count it
             return self._cut(plan, 0)
+        if room < results_min and self.may_cut_pins:
+            room += self._cut_pins(plan, results_min - room, replaced)
         if room < results_min:
             self._fail(plan, kept, task, task_min, results, results_min)
         if task is not None and task in replaced:
@@ -389,12 +477,39 @@ class Fitter:
             )
         names = result_names(work)
         for i, target in water_fill([(i, tokens[i], minimum[i]) for i in results], room):
-            cut = shrink(work[i], target, count)
+            cut = shrink(work[i], target, count, handle=self._cut_handle(i))
             if cut is None:  # the fill never targets below the minimum
                 raise AssertionError("unreachable: a result cannot reach its own minimum")
             log_truncated(i, names.get(i, "unknown"), len(work[i].text), len(cut.text))
             replaced[i] = cut
-        return self._assemble(plan, set(plan.candidates), replaced)
+        return self._assemble(plan, every, replaced)
+
+    def _cut_pins(self, plan: Plan, deficit: int, replaced: dict[int, Message]) -> int:
+        """Cut pinned user messages head + tail (largest first) to free ``deficit`` tokens,
+        when nothing else can give them; the tokens freed. A cut keeps the message (its
+        head, its tail and, with recall, the handle of the whole)."""
+        work, tokens, count = self.work, self.tokens, self.count
+        freed = 0
+        cuttable = [i for i in plan.pinned if work[i].role not in PINNED and i not in replaced]
+        for i in sorted(cuttable, key=lambda k: -tokens[k]):
+            if freed >= deficit:
+                break
+            handle = self._cut_handle(i)
+            least = count(cut_message(work[i], 0, handle))
+            if least >= tokens[i]:
+                continue
+            cut = shrink(work[i], max(least, tokens[i] - (deficit - freed)), count, None, handle)
+            if cut is None:
+                continue
+            replaced[i] = cut
+            freed += tokens[i] - count(cut)
+            logger.warning(
+                "Context guard: cut the pinned message %d (%d → %d chars)",
+                i,
+                len(work[i].text),
+                len(cut.text),
+            )
+        return freed
 
     def _fail(
         self,
@@ -407,9 +522,9 @@ class Fitter:
     ) -> None:
         parts: dict[str, int] = {}
         if self.pinned:
-            parts["system messages"] = self.pinned
+            parts["system and pinned messages"] = self.pinned
         newest = set(range(*plan.units[plan.newest])) if plan.newest is not None else set()
-        lead = {i for i in plan.fixed if task is None or i < task} - newest
+        lead = {i for i in plan.fixed if task is None or i < task} - newest - plan.pinned
         if plan.lead_kept and lead:
             parts[
                 f"first messages and the exchange before the task (messages {min(lead)}-"
@@ -432,23 +547,29 @@ class Fitter:
 
 def _with_marker(message: Message, dropped: int) -> Message:
     """The task ``message`` noting ``dropped`` more dropped steps (an earlier note is merged)."""
+    return _with_note(message, dropped, lambda n: DROP_MARKER.format(count=n))
+
+
+def _with_note(message: Message, count: int, render: Callable[[int], str]) -> Message:
+    """``message`` with the note ``render(total)`` at its end, where ``total`` is ``count``
+    plus the count of a note already there (which the new one replaces)."""
     content = message.content
     if isinstance(content, str) or content is None:
         text = content or ""
-        match = _DROP_MARKER_RE.search(text)
+        match = DROP_NOTE_RE.search(text)
         if match is not None:
-            dropped += int(match.group(1))
+            count += int(match.group(1))
             text = text[: match.start()]
-        note = DROP_MARKER.format(count=dropped)
+        note = render(count)
         return with_content(message, f"{text}\n\n{note}" if text else note)
     parts = list(content)
     last = parts[-1] if parts else None
     if isinstance(last, TextPart):
-        match = _DROP_MARKER_RE.fullmatch(last.text)
+        match = DROP_NOTE_RE.fullmatch(last.text)
         if match is not None:
-            dropped += int(match.group(1))
+            count += int(match.group(1))
             parts.pop()
-    parts.append(TextPart(text=DROP_MARKER.format(count=dropped)))
+    parts.append(TextPart(text=render(count)))
     return message.model_copy(update={"content": tuple(parts)})
 
 

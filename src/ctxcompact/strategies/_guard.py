@@ -1,14 +1,15 @@
 """ContextGuard: make every request fit ``window - reserve`` (seed 003 L1-L3, seed 002 task 1).
 
-What is kept, by priority: system (and developer) messages, the task (the last user message)
-and the exchange holding it, the newest step (the newest assistant message and its tool
-results), the first user message (where agents state their task), then older exchanges while
-they fit, by relevance (those keeping the most names in view, per token) or newest first. An
-exchange is an assistant message with what answers it (see ``_fit.units``), so no result is
-ever left without its call and turns still alternate. When the newest step alone does not fit,
-its results are cut head + tail (seed 003 L1); the task is cut only when it alone is over the
-budget; when even the first user message does not fit, everything before the task goes. What
-still cannot fit raises :class:`~ctxcompact.exceptions.ContextBudgetError` naming the parts.
+What is kept, by priority: pinned messages (system and developer messages, the first and the
+newest user message, the user's pins: never dropped), the task (the last user message) and the
+exchange holding it, the newest step (the newest assistant message and its tool results), then
+older exchanges while they fit, by relevance (those keeping the most names in view, per token)
+or newest first. An exchange is an assistant message with what answers it (see
+``_fit.units``), so no result is ever left without its call and turns still alternate. When
+the newest step alone does not fit, its results are cut head + tail (seed 003 L1); the task is
+cut only when it alone is over the budget, the pinned user messages only when nothing else
+gives the room. What still cannot fit raises
+:class:`~ctxcompact.exceptions.ContextBudgetError` naming the parts.
 """
 
 from __future__ import annotations
@@ -17,8 +18,8 @@ import logging
 from typing import TYPE_CHECKING
 
 from ..exceptions import ConfigError
-from ..kit import check_int, options_repr
-from ._fit import DROP_MARKER, Fitter, log_truncated, result_names
+from ..kit import DROP_MARKER, check_int, options_repr, pinned_indices
+from ._fit import Fitter, log_truncated, result_names
 from ._relevance import Relevance
 from ._truncation import ToolResultTruncation
 
@@ -60,19 +61,26 @@ class ContextGuard:
 
     Nothing happens (``None``) while the estimate (``ctx.token_counter``) fits. Otherwise,
     when ``truncate_first``, tool results over ``max_tool_result_chars`` are cut to head +
-    tail first. If that is not enough, the guard keeps the system and developer messages
-    (where they are), the task (the last user message) with the exchange holding it, the
-    newest step (the newest assistant message with its tool results) and the first user
-    message, then adds older exchanges while they fit, in the ``drop`` order: by relevance
-    (each adds the most names, identifiers, paths and numbers, not otherwise in view per
-    token; no model call) or newest first; the rest is dropped. The kept history opens (after
-    system messages) with a user message, user and assistant turns alternate as they did,
-    and parallel calls stay together. When the first user message cannot fit beside the
-    rest, everything before the task is dropped (the guarantee below).
+    tail first. If that is not enough, the guard keeps the pinned messages (system and
+    developer messages, the first and the newest user message, the user's pins:
+    ``ctx.pin``; where they are), the task (the last user message) with the exchange holding
+    it, the newest step (the newest assistant message with its tool results) and the lead
+    (what precedes the first assistant message), then adds older exchanges while they fit,
+    in the ``drop`` order: by relevance (each adds the most names, identifiers, paths and
+    numbers, not otherwise in view per token; no model call) or newest first; the rest is
+    dropped. The kept history opens (after system messages) with a user message, user and
+    assistant turns alternate as they did, and parallel calls stay together. When the lead
+    cannot fit beside the rest, everything before the task is dropped but the pinned
+    messages (the guarantee below); pinned user messages are cut head + tail only when
+    nothing else gives the room.
 
     When steps after the task were dropped and ``drop_marker`` is true, a note
     (:data:`DROP_MARKER`) is appended to a copy of the task, so the model knows its earlier
-    work is gone. It sits after the task's text, where the prompt cache already breaks when
+    work is gone. When the controller keeps what is removed (``ctx.recall``), the note is the
+    recall form (:func:`ctxcompact.kit.drop_note`): it names the range listing every dropped
+    message and the newest dropped results by tool and handle, and is written whenever
+    anything was dropped; cuts then name their handle too. Both are costed as written. It
+    sits after the task's text, where the prompt cache already breaks when
     steps are dropped, and inside the task message, so roles still alternate (a separate
     user message would make two user turns in a row, and a later run would take it for the
     task). A later run updates the count instead of adding a second note.
@@ -245,7 +253,13 @@ class ContextGuard:
             ContextBudgetError: What must be kept does not fit (see the class docstring).
         """
         budget = self.budget(ctx.max_context_size, ctx.reserved_context_size, ctx.max_output_tokens)
-        return self.guard(ctx.history, budget=budget, token_counter=ctx.token_counter)
+        return self.guard(
+            ctx.history,
+            budget=budget,
+            token_counter=ctx.token_counter,
+            pinned=pinned_indices(ctx.history, ctx.pin),
+            recall=ctx.recall,
+        )
 
     def guard(
         self,
@@ -254,13 +268,17 @@ class ContextGuard:
         budget: int,
         token_counter: TokenCounter,
         target: int | None = None,
+        pinned: frozenset[int] | None = None,
+        recall: bool = False,
     ) -> list[Message] | None:
         """The synchronous core of :meth:`compact`, with the budget already computed.
 
         With ``target`` (below ``budget``), the history is trimmed as soon as it is over the
         target, older steps kept up to the target (``fill`` is not used); the task and the
         newest step may still use the whole budget. :class:`~ctxcompact.strategies.Tiered`
-        calls it so.
+        calls it so. ``pinned``: the indices never dropped (default
+        :func:`ctxcompact.kit.pinned_indices`); ``recall``: write the recall forms of the
+        note and the cut markers.
         """
         count = token_counter.count_message
         tokens = [count(m) for m in history]
@@ -270,7 +288,7 @@ class ContextGuard:
             return None
         work = list(history)
         if self.truncate_first:
-            changed, total = self._truncate(work, tokens, total, count)
+            changed, total = self._truncate(work, tokens, total, count, recall)
             if total <= limit:
                 return work if changed else None
         relevance = self._relevance
@@ -283,6 +301,8 @@ class ContextGuard:
             drop_marker=self.drop_marker,
             batch=self.batch_size(),
             rank=None if relevance is None else relevance.order,
+            pinned=pinned_indices(work) if pinned is None else pinned,
+            recall=recall,
         )
         return fitter.fit()
 
@@ -292,13 +312,17 @@ class ContextGuard:
         tokens: list[int],
         total: int,
         count: Callable[[Message], int],
+        recall: bool,
     ) -> tuple[bool, int]:
         changed = False
         names = result_names(work)
         for i, message in enumerate(work):
             if message.role != "tool":
                 continue
-            cut = self.truncation.truncate_message(message)
+            # The id stands in for the handle: the controller writes the real one, which is
+            # no longer unless the id is re-used (then 9 characters more, a few tokens).
+            handle = message.tool_call_id if recall else None
+            cut = self.truncation.truncate_message(message, handle=handle)
             if cut is message:
                 continue
             log_truncated(i, names.get(i, "unknown"), len(message.text), len(cut.text))

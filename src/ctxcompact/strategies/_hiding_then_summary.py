@@ -23,12 +23,13 @@ from ..exceptions import (
 )
 from ..kit import HIDDEN_PLACEHOLDER, options_repr
 from ._hiding import ToolResultHiding
-from ._summary import SUMMARY_PROMPT, LLMSummary
+from ._summary import SUMMARY_PROMPT, LLMSummary, is_summary
+from ._summary_fit import fit_after_summary
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from .._contract.protocols import CompactionContext, ToolSpec
+    from .._contract.protocols import CompactionContext, SummaryAhead, ToolSpec
     from .._history.messages import Message
     from .._tokens.counters import TokenCounter
 
@@ -59,6 +60,12 @@ class HidingThenSummary:
     failure: the controller keeps the history and reports ``failed`` with the reason. A
     missing LLM raises :class:`~ctxcompact.exceptions.LLMRequiredError` before anything runs.
 
+    Ahead of time (:meth:`summarize_ahead`, which the controller runs in the background at
+    ``precompute_ratio`` of the trigger), the summary of the hidden history is written only
+    when hiding would not hold the conversation under the trigger for long: when hiding now
+    frees no more than the room left before the trigger. Otherwise the next trigger is
+    expected to be met by hiding alone, and a summary written for it would be wasted.
+
     Args:
         llm: The summarizer (injected by the loader, else ``ctx.llm`` at run time).
         preserve_recent_n: Tool-call groups whose results hiding keeps.
@@ -72,6 +79,12 @@ class HidingThenSummary:
             provider has cached (see :class:`LLMSummary`); after hiding, the request sends the
             history as the agent last sent it, not the hidden one.
         tools: The agent's tool specs, sent with a cache-aligned request.
+        summarize_at_trigger: ``False``: at the trigger, only a summary made ahead of time
+            is put in place, never one written while the agent waits (see
+            :class:`LLMSummary`); hiding still runs.
+        fit_window: When neither hiding nor the summary brings the request inside the
+            window (or the summary failed), fit what they could not free as a triggered
+            :class:`~ctxcompact.strategies.ContextGuard` would (see :class:`LLMSummary`).
 
     Example:
         >>> import asyncio
@@ -100,6 +113,8 @@ class HidingThenSummary:
         prompt: str = SUMMARY_PROMPT,
         cache_aligned: bool = False,
         tools: Sequence[ToolSpec] | None = None,
+        summarize_at_trigger: bool = True,
+        fit_window: bool = True,
     ) -> None:
         if fallback not in ("estimate", "noop-only"):
             raise ConfigError(
@@ -115,6 +130,8 @@ class HidingThenSummary:
             prompt=prompt,
             cache_aligned=cache_aligned,
             tools=tools,
+            summarize_at_trigger=summarize_at_trigger,
+            fit_window=fit_window,
         )
 
     @property
@@ -129,8 +146,7 @@ class HidingThenSummary:
     def __repr__(self) -> str:
         return options_repr(self, self.hiding, self.summary)  # its two steps keep theirs
 
-    async def compact(self, ctx: CompactionContext) -> Sequence[Message] | None:
-        """Hide, then summarize when needed; ``None`` when neither changes anything."""
+    def _need_llm(self, ctx: CompactionContext) -> None:
         if self.summary.llm is None and ctx.llm is None:
             # Fail at the first run, not on the first run where hiding happens to be a no-op.
             raise LLMRequiredError(
@@ -138,6 +154,26 @@ class HidingThenSummary:
                 "(HidingThenSummary(llm)), give the controller or the agent llm=..., or set "
                 "[compaction.llm] in the config"
             )
+
+    async def summarize_ahead(self, ctx: CompactionContext) -> SummaryAhead | None:
+        """The summary of the hidden history, made now for the next trigger, when hiding
+        alone will not do for long (see the class docs); ``None`` otherwise."""
+        self._need_llm(ctx)
+        hidden = self.hiding.hide(ctx.history, token_counter=ctx.token_counter)
+        if hidden is None:
+            return await self.summary.summarize_ahead(ctx)
+        saving = hidden_saving(ctx.history, hidden, ctx.token_counter)
+        room = ctx.max_context_size - ctx.reserved_context_size - ctx.token_count
+        if saving > room:
+            return None
+        hidden_ctx = dataclasses.replace(
+            ctx, history=hidden, token_count=max(0, ctx.token_count - saving)
+        )
+        return await self.summary.summarize_ahead(hidden_ctx, live=ctx.history)
+
+    async def compact(self, ctx: CompactionContext) -> Sequence[Message] | None:
+        """Hide, then summarize when needed; ``None`` when neither changes anything."""
+        self._need_llm(ctx)
         hidden = self.hiding.hide(ctx.history, token_counter=ctx.token_counter)
         if hidden is None:
             return await self.summary.compact(ctx)
@@ -158,15 +194,22 @@ class HidingThenSummary:
         except LLMUnavailableError:
             # The breaker warned when it opened; each refused call is not news.
             logger.debug("summary after hiding skipped: the summarizer is unavailable")
-            return hidden
+            return self._fitted(hidden_ctx)
         except (LLMError, SummaryRejectedError) as exc:
             # The type only: a provider's error text can echo the conversation.
             logger.warning(
                 "summary after hiding failed (%s), keeping the hidden history", type(exc).__name__
             )
             logger.debug("summary after hiding failed: %s", exc)
-            return hidden
+            return self._fitted(hidden_ctx)
         return hidden if summarized is None else summarized
+
+    def _fitted(self, hidden_ctx: CompactionContext) -> Sequence[Message]:
+        """The hidden history, fitted to the window when the summary could not help."""
+        hidden = hidden_ctx.history
+        if not self.summary.fit_window:
+            return hidden
+        return fit_after_summary(hidden_ctx, hidden, is_summary)
 
 
 def hidden_saving(

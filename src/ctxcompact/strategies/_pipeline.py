@@ -7,13 +7,13 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from .._contract.protocols import Dependencies, needs_llm
+from .._contract.protocols import Dependencies, needs_llm, summarizes_ahead
 from .._plugins.loader import load_strategy
 from ..exceptions import ConfigError, LLMUnavailableError
 from ..kit import options_repr
 
 if TYPE_CHECKING:
-    from .._contract.protocols import CompactionContext, CompactionStrategy
+    from .._contract.protocols import CompactionContext, CompactionStrategy, SummaryAhead
     from .._history.messages import Message
 
 __all__ = ["Pipeline"]
@@ -29,6 +29,11 @@ class Pipeline:
 
     Each step gets a context whose ``history`` is the current one and whose ``token_count``
     is re-counted (with the context's token counter) once a step has changed it.
+
+    Ahead of time (:meth:`summarize_ahead`), the first step that can summarize ahead does,
+    on the history the steps before it leave, as long as those keep every message at its
+    place (hiding, masking, truncation do; a guard that drops steps does not, and then no
+    summary is made ahead); the context the steps get carries the result (``ctx.ahead``).
 
     A step whose model is unavailable (:class:`~ctxcompact.exceptions.LLMUnavailableError`:
     its circuit breaker is open after failed calls) is skipped and the other steps still run
@@ -82,6 +87,26 @@ class Pipeline:
 
     def __repr__(self) -> str:
         return options_repr(self, positional=self.strategies)
+
+    async def summarize_ahead(self, ctx: CompactionContext) -> SummaryAhead | None:
+        """The first summarizing step's summary made ahead (see the class docs), or ``None``."""
+        if not any(summarizes_ahead(s) for s in self.strategies):
+            return None
+        history: Sequence[Message] = ctx.history
+        for strategy in self.strategies:
+            current = ctx
+            if history is not ctx.history:
+                current = dataclasses.replace(
+                    ctx, history=history, token_count=ctx.token_counter.count(history)
+                )
+            if summarizes_ahead(strategy):
+                return await strategy.summarize_ahead(current)
+            out = await strategy.compact(current)
+            if out is not None:
+                if len(out) != len(ctx.history):  # positions moved: a summary would not line up
+                    return None
+                history = out
+        return None
 
     async def compact(self, ctx: CompactionContext) -> Sequence[Message] | None:
         """Run every step; the last output, or ``None`` when no step changed anything."""

@@ -68,7 +68,7 @@ class Relevance:
             per_unit.append(found)
         seen: set[str] = set()
         for i, message in enumerate(work):
-            if message.role in PINNED or i in plan.fixed:
+            if message.role in PINNED or i in plan.fixed or i in plan.pinned:
                 seen |= self.names(message)
         if plan.newest is not None:
             seen |= per_unit[plan.newest]

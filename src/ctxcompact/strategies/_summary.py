@@ -10,7 +10,10 @@ user/assistant messages, summarize what comes before), with these fixes:
 * a summarizer that overflows retries once with a smaller input, one cut at its output limit
   retries once asking for a shorter summary, then keeps the truncated text with a marker;
 * an answer that is not a usable summary is refused (:func:`check_summary`), so a server that
-  ignores ``max_tokens`` or returns garbage cannot grow or corrupt the history.
+  ignores ``max_tokens`` or returns garbage cannot grow or corrupt the history;
+* the summary can be written ahead of the trigger, in the background
+  (:meth:`LLMSummary.summarize_ahead`, run by the controller), and swapped in when the trigger
+  fires (``ctx.ahead``) with no model call on the hot path.
 """
 
 from __future__ import annotations
@@ -20,16 +23,19 @@ import re
 from typing import TYPE_CHECKING
 
 # LLM is needed at run time, not only for typing: the loader injects by resolved annotation.
-from .._contract.protocols import LLM, has_context_window
+from .._contract.protocols import LLM, SummaryAhead, has_context_window
 from .._history.groups import tool_groups
 from .._history.messages import ImagePart, Message, TextPart
 from ..exceptions import (
     CompactionError,
     ContextTooLongError,
+    LLMError,
     LLMRequiredError,
+    SummaryNotSmallerError,
     SummaryRejectedError,
 )
 from ..kit import MAX_CHARS_PER_TOKEN, check_int, options_repr
+from ._summary_fit import fit_after_summary
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -46,6 +52,7 @@ __all__ = [
     "SUMMARY_PROMPT",
     "LLMSummary",
     "check_summary",
+    "is_summary",
 ]
 
 logger = logging.getLogger(__name__)
@@ -173,6 +180,22 @@ class LLMSummary:
             normal transcript request is sent instead and a warning says why.
         tools: The agent's tool specs, sent with a cache-aligned request (a provider's
             cached prefix includes the tool definitions); ignored otherwise.
+        summarize_at_trigger: When the trigger fires and no summary made ahead of time
+            (``ctx.ahead``, see :meth:`summarize_ahead`) lines up with the history, write one
+            then, while the agent waits (``True``); or do nothing (``False``) and leave the
+            history to the next step of a pipeline or tier (a guard after it keeps the
+            window) while the background summary catches up: the summarizer is then never
+            awaited on the hot path. ``False`` needs summaries ahead of time (the
+            controller's ``precompute_ratio``, on by default): without them this strategy
+            never summarizes.
+        fit_window: When the summary leaves the request over the window (the kept messages
+            are too big on their own), or there is nothing to summarize, fit what it could
+            not free as a triggered :class:`~ctxcompact.strategies.ContextGuard` would (the
+            newest results cut head + tail, older kept steps dropped with a note; the
+            summary is never dropped). ``False`` leaves that to the next step of a
+            pipeline. With ``summarize_at_trigger=False`` too, the window is then kept
+            without ever waiting for the summarizer. A tier calling :meth:`compact` with
+            ``ahead_only=True`` gets no fit (its next tier fits).
 
     Example:
         >>> import asyncio
@@ -197,6 +220,8 @@ class LLMSummary:
         system_prompt: str = SUMMARIZER_SYSTEM,
         cache_aligned: bool = False,
         tools: Sequence[ToolSpec] | None = None,
+        summarize_at_trigger: bool = True,
+        fit_window: bool = True,
     ) -> None:
         check_int("max_preserved_messages", max_preserved_messages)
         check_int("max_summary_tokens", max_summary_tokens, minimum=16)
@@ -210,6 +235,8 @@ class LLMSummary:
         self.system_prompt = system_prompt
         self.cache_aligned = bool(cache_aligned)
         self.tools = None if tools is None else list(tools)
+        self.summarize_at_trigger = bool(summarize_at_trigger)
+        self.fit_window = bool(fit_window)
 
     def __repr__(self) -> str:
         return options_repr(self)
@@ -219,32 +246,82 @@ class LLMSummary:
         return self.llm is None
 
     async def compact(
-        self, ctx: CompactionContext, *, live: Sequence[Message] | None = None
+        self,
+        ctx: CompactionContext,
+        *,
+        live: Sequence[Message] | None = None,
+        ahead_only: bool = False,
     ) -> Sequence[Message] | None:
         """Summarize the old part of ``ctx.history``; ``None`` when there is none.
 
         ``live``: the request the agent last sent, when ``ctx.history`` is a rewrite of it
         with the same messages at the same positions (hidden results); a cache-aligned
         request sends it instead of ``ctx.history`` (the provider cached it).
+
+        With a summary made ahead that lines up with ``ctx.history`` (``ctx.ahead``), that
+        summary is put in place instead (see :meth:`summarize_ahead`). ``ahead_only``: never
+        call the summarizer now, only put a summary made ahead in place (``None`` when
+        there is none): for a tiered strategy whose next tier keeps the window without the
+        wait (``summarize_at_trigger=False`` always does this).
+
+        Otherwise, with ``fit_window``, what the summary could not free is fitted to the
+        window (:func:`~ctxcompact.strategies._summary_fit.fit_after_summary`).
         """
+        out = await self._compact(
+            ctx, live=live, ahead_only=ahead_only or not self.summarize_at_trigger
+        )
+        if ahead_only or not self.fit_window:  # a tier's next step fits, not this one
+            return out
+        fitted = fit_after_summary(ctx, ctx.history if out is None else out, is_summary)
+        return None if fitted is ctx.history else fitted
+
+    async def _compact(
+        self, ctx: CompactionContext, *, live: Sequence[Message] | None, ahead_only: bool
+    ) -> Sequence[Message] | None:
+        llm = self._llm(ctx)
+        history = ctx.history
+        head = _leading_systems(history)
+        cut = self.cut_index(history)
+        if cut <= head:
+            return None
+        ahead = ctx.ahead
+        if ahead is not None and self._fits(ahead, history, head, cut):
+            if ahead_only:
+                return self._swap_in(ctx, ahead, head)
+            return await self._put_ahead(ctx, ahead, head, cut)
+        if ahead_only:
+            return None
+        old = history[head:cut]
+        kept_systems = [m for m in old if m.role in _SYSTEM_ROLES]
+        to_summarize = [m for m in old if m.role not in _SYSTEM_ROLES]
+        if not to_summarize or (len(to_summarize) == 1 and is_summary(to_summarize[0])):
+            return None
+        summary = await self._summary_of(llm, ctx, to_summarize, live)
+        return [*history[:head], *kept_systems, summary, *history[cut:]]
+
+    def _llm(self, ctx: CompactionContext) -> LLM:
         llm = self.llm if self.llm is not None else ctx.llm
         if llm is None:
             raise LLMRequiredError(
                 "LLMSummary needs an LLM to summarize with: pass one (LLMSummary(llm)), give "
                 "the controller or the agent llm=..., or set [compaction.llm] in the config"
             )
-        history = ctx.history
-        head = _leading_systems(history)
-        cut = self.cut_index(history)
-        if cut <= head:
-            return None
-        old = history[head:cut]
-        kept_systems = [m for m in old if m.role in _SYSTEM_ROLES]
-        to_summarize = [m for m in old if m.role not in _SYSTEM_ROLES]
-        if not to_summarize or (len(to_summarize) == 1 and _is_summary(to_summarize[0])):
-            return None
+        return llm
+
+    async def _summary_of(
+        self,
+        llm: LLM,
+        ctx: CompactionContext,
+        to_summarize: Sequence[Message],
+        live: Sequence[Message] | None,
+        *,
+        aligned: bool = True,
+    ) -> Message:
+        """The summary message of ``to_summarize``, checked (:func:`check_summary`);
+        ``aligned=False``: never as a cache-aligned request (which summarizes everything
+        before the kept messages, not ``to_summarize``)."""
         text = None
-        if self.cache_aligned:
+        if self.cache_aligned and aligned:
             text = await self._summarize_aligned(llm, ctx, ctx.history if live is None else live)
         if text is None:
             text = await self._summarize(llm, _render(to_summarize), ctx)
@@ -256,7 +333,110 @@ class LLMSummary:
             ctx.token_counter,
             max_tokens=SUMMARY_LENGTH_FACTOR * self.max_summary_tokens,
         )
-        return [*history[:head], *kept_systems, summary, *history[cut:]]
+        return summary
+
+    # -- ahead of time ---------------------------------------------------------------------------
+
+    async def summarize_ahead(
+        self, ctx: CompactionContext, *, live: Sequence[Message] | None = None
+    ) -> SummaryAhead | None:
+        """The summary :meth:`compact` would put in place for ``ctx.history``, made now, for
+        the controller to hand back when the trigger fires (``ctx.ahead``); ``None`` when
+        there is nothing to summarize. Refused summaries raise as in :meth:`compact`.
+
+        Like every summary of this strategy it is incremental: a history that starts with
+        an earlier summary sends that summary and the messages after it, never the messages
+        it replaced. ``live``: as in :meth:`compact`.
+        """
+        llm = self._llm(ctx)
+        history = ctx.history
+        head = _leading_systems(history)
+        cut = self.cut_index(history)
+        if cut <= head:
+            return None
+        old = history[head:cut]
+        to_summarize = [m for m in old if m.role not in _SYSTEM_ROLES]
+        if not to_summarize or (len(to_summarize) == 1 and is_summary(to_summarize[0])):
+            return None
+        summary = await self._summary_of(llm, ctx, to_summarize, live)
+        return SummaryAhead(head, cut, summary, len(history))
+
+    @staticmethod
+    def _fits(ahead: SummaryAhead, history: Sequence[Message], head: int, cut: int) -> bool:
+        """Whether ``ahead`` lines up with ``history``: made for the same leading systems,
+        for a part that is still older than what is kept, on a history of this length."""
+        return ahead.history_length == len(history) and ahead.start == head and ahead.end <= cut
+
+    def _swap_in(self, ctx: CompactionContext, ahead: SummaryAhead, head: int) -> list[Message]:
+        """``ctx.history`` with the summary made ahead in place, and nothing else changed."""
+        return self._swapped(ctx, ahead, head)[0]
+
+    @staticmethod
+    def _swapped(
+        ctx: CompactionContext, ahead: SummaryAhead, head: int
+    ) -> tuple[list[Message], int]:
+        """The history with the summary made ahead in place, and its estimated tokens.
+
+        Raises:
+            SummaryNotSmallerError: The summary costs at least what it replaces.
+        """
+        history, counter = ctx.history, ctx.token_counter
+        old = history[head : ahead.end]
+        replaced = [m for m in old if m.role not in _SYSTEM_ROLES]
+        tokens = counter.count_message(ahead.summary)
+        before = sum(counter.count_message(m) for m in replaced)
+        if tokens >= before:
+            raise SummaryNotSmallerError(
+                f"LLMSummary: the summary made ahead of time (~{tokens} tokens) would replace "
+                f"{len(replaced)} message(s) of {before}; the history is kept",
+                tokens_before=before,
+                tokens_after=tokens,
+            )
+        kept_systems = [m for m in old if m.role in _SYSTEM_ROLES]
+        swapped = [*history[:head], *kept_systems, ahead.summary, *history[ahead.end :]]
+        return swapped, ctx.token_count - before + tokens
+
+    async def _put_ahead(
+        self, ctx: CompactionContext, ahead: SummaryAhead, head: int, cut: int
+    ) -> list[Message]:
+        """``ctx.history`` with the summary made ahead in place of what it stands for.
+
+        The messages that came after it stay whole. When the result would still be at the
+        trigger (much came in since, or the summary freed little), the part of those older
+        than the kept messages is summarized now, alone, into a second summary message
+        right after the first: the one case where the summarizer is called on the hot path,
+        and it reads only what came in since. Should that call fail, the result with the
+        summary made ahead stands (smaller than the history; the next trigger tries again).
+
+        Raises:
+            SummaryNotSmallerError: The summary made ahead costs at least what it replaces.
+        """
+        history = ctx.history
+        swapped, estimate = self._swapped(ctx, ahead, head)
+        first = swapped[: len(swapped) - (len(history) - ahead.end)]
+        newer = history[ahead.end : cut]
+        rest = [m for m in newer if m.role not in _SYSTEM_ROLES]
+        if estimate + ctx.reserved_context_size < ctx.max_context_size or not rest:
+            return [*first, *history[ahead.end :]]
+        logger.info(
+            "the summary made ahead leaves ~%d tokens (+%d reserved >= %d): summarizing the "
+            "%d message(s) that came after it now",
+            estimate,
+            ctx.reserved_context_size,
+            ctx.max_context_size,
+            len(rest),
+        )
+        try:
+            second = await self._summary_of(self._llm(ctx), ctx, rest, None, aligned=False)
+        except (LLMError, SummaryRejectedError) as exc:
+            logger.warning(
+                "summarizing after the summary made ahead failed (%s); keeping it alone",
+                type(exc).__name__,
+            )
+            logger.debug("summarizing after the summary made ahead failed: %s", exc)
+            return [*first, *history[ahead.end :]]
+        systems = [m for m in newer if m.role in _SYSTEM_ROLES]
+        return [*first, *systems, second, *history[cut:]]
 
     def cut_index(self, history: Sequence[Message]) -> int:
         """Index of the first preserved message (``len(history)`` keeps none).
@@ -442,7 +622,8 @@ def _pull_back_for_strays(history: Sequence[Message], cut: int) -> int:
 # -- what the summarizer reads -----------------------------------------------------------------
 
 
-def _is_summary(message: Message) -> bool:
+def is_summary(message: Message) -> bool:
+    """Whether ``message`` is a summary this strategy wrote (:data:`SUMMARY_PREFIX`)."""
     return message.role == "user" and message.text.startswith(SUMMARY_PREFIX)
 
 
@@ -455,7 +636,7 @@ def _render(messages: Sequence[Message]) -> list[str]:
             names[i] = by_id.get(messages[i].tool_call_id or "", "?")
     items: list[str] = []
     for i, msg in enumerate(messages):
-        if _is_summary(msg):
+        if is_summary(msg):
             items.append(f"{_EARLIER}\n{msg.text[len(SUMMARY_PREFIX) :]}")
             continue
         if msg.role == "tool":
@@ -610,7 +791,9 @@ def check_summary(
             ``too_long`` (the text, without the prefix, over ``max_tokens`` in ``counter``
             tokens), ``no_letters``,
             ``garbage`` (over :data:`MAX_GARBAGE_FRACTION` control or similar characters)
-            or ``not_smaller`` (the summary message costs at least what it replaces).
+            or ``not_smaller`` (the summary message costs at least what it replaces: then a
+            :class:`~ctxcompact.exceptions.SummaryNotSmallerError`, also a
+            :class:`~ctxcompact.exceptions.NotSmallerError`).
     """
 
     def refuse(reason: str, detail: str) -> SummaryRejectedError:
@@ -640,6 +823,9 @@ def check_summary(
     tokens = counter.count_message(summary)
     before = sum(counter.count_message(m) for m in replaced)
     if tokens >= before:
-        raise refuse(
-            "not_smaller", f"{tokens} tokens would replace {len(replaced)} message(s) of {before}"
+        raise SummaryNotSmallerError(
+            f"LLMSummary: summary refused (not_smaller): {tokens} tokens would replace "
+            f"{len(replaced)} message(s) of {before}; the history is kept",
+            tokens_before=before,
+            tokens_after=tokens,
         )

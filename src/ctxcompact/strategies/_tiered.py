@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 from .._contract.protocols import LLM, CompactionStrategy, Dependencies
 from .._history.validate import check_history
 from ..exceptions import ConfigError, LLMUnavailableError, StrategyLoadError
-from ..kit import check_int, options_repr
+from ..kit import check_int, options_repr, pinned_indices
 from ._clear_inputs import ToolInputClearing
 from ._cut import shrink
 from ._guard import ContextGuard
@@ -169,7 +169,10 @@ class Tiered:
             return ToolInputClearing(keep_recent=self.keep_recent, min_chars=self.clear_min_chars)
         if name == "summary":
             try:
-                return LLMSummary(self.llm, **(self.summary or {}))
+                # The tiered guard (relevance) fits what the summary leaves, not the
+                # summary's own oldest-first fit.
+                options: dict[str, Any] = {"fit_window": False, **(self.summary or {})}
+                return LLMSummary(self.llm, **options)
             except TypeError as exc:
                 raise ConfigError(str(exc), key="summary") from None
         return None  # truncate: needs the budget, done in compact()
@@ -204,7 +207,14 @@ class Tiered:
             history, tokens, changed = out, after, True
             if tokens <= target:
                 return history
-        out = self._guard.guard(history, budget=budget, token_counter=counter, target=target)
+        out = self._guard.guard(
+            history,
+            budget=budget,
+            token_counter=counter,
+            target=target,
+            pinned=pinned_indices(history, ctx.pin),
+            recall=ctx.recall,
+        )
         if out is not None:
             return out
         return history if changed else None
@@ -220,7 +230,8 @@ class Tiered:
     ) -> Sequence[Message] | None:
         """One tier's output, or ``None`` when it changed nothing, could not run or raised."""
         if tier is None:
-            return _cut_large(history, int(budget * self.max_result_share), ctx.token_counter)
+            cap = int(budget * self.max_result_share)
+            return _cut_large(history, cap, ctx.token_counter, recall=ctx.recall)
         if isinstance(tier, LLMSummary) and tier.llm is None and ctx.llm is None:
             return None  # no summarizer configured: the guard will fit
         try:
@@ -249,15 +260,18 @@ def _breaks_pairing(before: Sequence[Message], after: Sequence[Message]) -> bool
     return bool(Counter(p.kind for p in problems) - Counter(p.kind for p in check_history(before)))
 
 
-def _cut_large(history: Sequence[Message], cap: int, counter: TokenCounter) -> list[Message] | None:
+def _cut_large(
+    history: Sequence[Message], cap: int, counter: TokenCounter, *, recall: bool = False
+) -> list[Message] | None:
     """Every tool result over ``cap`` tokens cut head + tail to ``cap``; ``None`` when none
-    is that large."""
+    is that large. With ``recall``, each cut names its handle (the call id stands in: the
+    controller writes the real one)."""
     count = counter.count_message
     out: list[Message] | None = None
     for i, message in enumerate(history):
         if message.role != "tool" or count(message) <= cap:
             continue
-        cut = shrink(message, cap, count)
+        cut = shrink(message, cap, count, handle=message.tool_call_id if recall else None)
         if cut is None:
             continue
         if out is None:

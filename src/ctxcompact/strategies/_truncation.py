@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
-import re
 from typing import TYPE_CHECKING
 
 from .._history.messages import Message, TextPart
 from ..exceptions import ConfigError
-from ..kit import check_int, options_repr, with_content
+from ..kit import (
+    TRUNCATION_MARKER,
+    TRUNCATION_RE,
+    check_int,
+    options_repr,
+    truncation_marker,
+    with_content,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -15,11 +21,6 @@ if TYPE_CHECKING:
     from .._contract.protocols import CompactionContext
 
 __all__ = ["TRUNCATION_MARKER", "ToolResultTruncation"]
-
-TRUNCATION_MARKER = "\n\n... [{omitted} characters truncated] ...\n\n"
-"""What replaces the middle of a cut text (seed 003's wording); ``{omitted}`` is a count."""
-
-_MARKER_RE = re.compile(re.escape(TRUNCATION_MARKER).replace(r"\{omitted\}", r"\d+"))
 
 
 class ToolResultTruncation:
@@ -62,33 +63,36 @@ class ToolResultTruncation:
     def __repr__(self) -> str:
         return options_repr(self)
 
-    def truncate_text(self, text: str) -> str:
-        """``text`` cut to head + marker + tail when longer than ``max_chars``, else itself."""
+    def truncate_text(self, text: str, *, handle: str | None = None) -> str:
+        """``text`` cut to head + marker + tail when longer than ``max_chars``, else itself.
+
+        With ``handle`` the marker is the recall form naming it and the line the cut starts
+        on (:func:`ctxcompact.kit.truncation_marker`).
+        """
         n = len(text)
         if n <= self.max_chars:
             return text
         head, tail = self.head_chars, self.tail_chars
-        done = _MARKER_RE.match(text, head)
+        done = TRUNCATION_RE.match(text, head)
         if done is not None and done.end() + tail == n:
             return text  # already cut by these settings: a second pass changes nothing
-        cut = (
-            text[:head]
-            + TRUNCATION_MARKER.format(omitted=n - head - tail)
-            + (text[n - tail :] if tail else "")
+        marker = truncation_marker(
+            n - head - tail, handle=handle, offset=text.count("\n", 0, head) + 1
         )
+        cut = text[:head] + marker + (text[n - tail :] if tail else "")
         # With a small max_chars the marker can outweigh what it replaces: keep the original
         # then, which also makes a second pass over a cut text a no-op.
         return cut if len(cut) < n else text
 
-    def truncate_message(self, message: Message) -> Message:
+    def truncate_message(self, message: Message, *, handle: str | None = None) -> Message:
         """``message`` with its text content cut, or the same object when nothing was cut.
 
         Any role is accepted (the caller decides which messages to pass); ``tool_call_id``,
-        tool calls and extras are kept.
+        tool calls and extras are kept. ``handle``: write the recall form of the marker.
         """
         content = message.content
         if isinstance(content, str):
-            cut = self.truncate_text(content)
+            cut = self.truncate_text(content, handle=handle)
             return message if cut is content else with_content(message, cut)
         if not content:
             return message
@@ -96,7 +100,7 @@ class ToolResultTruncation:
         changed = False
         for k, part in enumerate(parts):
             if isinstance(part, TextPart) and len(part.text) > self.max_chars:
-                text = self.truncate_text(part.text)
+                text = self.truncate_text(part.text, handle=handle)
                 if text is not part.text:
                     parts[k] = part.model_copy(update={"text": text})
                     changed = True

@@ -19,6 +19,7 @@ from typing import Any, Literal
 from .._history.groups import tool_groups
 from .._history.messages import Message
 from .._history.validate import check_history
+from ..kit import TRUNCATION_RE
 
 __all__ = ["INVARIANTS", "Invariant", "Snapshot", "output_problems"]
 
@@ -175,7 +176,8 @@ def _rewritten_in_place(
     """Output messages that rewrite an input message of the same role at its place (a task
     cut head+tail, a note appended to it): rewritten, not added. The replaced input message
     lies between the input messages kept before and after it, nothing else keeps it, and the
-    rewrite starts with its text (a cut keeps the head): a message in its place with other
+    rewrite starts with its text (a cut keeps the head; one cut to fewer than 16 characters
+    keeps its head and tail around the truncation marker): a message in its place with other
     text (a summary, a new instruction) is a new message."""
     used = {s for s in sources if s is not None}
     found: set[int] = set()
@@ -186,8 +188,14 @@ def _rewritten_in_place(
         high = min((s for s in sources[j + 1 :] if s is not None), default=len(before))
         role = after[j].role
         text = after[j].text
+        cut = TRUNCATION_RE.search(text)
         for i in range(low + 1, high):
-            head = before[i].text[:16]
+            original = before[i].text
+            head = original[:16]
+            if cut is not None and cut.start() < 16:  # cut short: its head, marker, tail
+                head = original[: cut.start()]
+                if not original.endswith(text[cut.end() :]):
+                    continue
             if i not in used and before[i].role == role and text.startswith(head):
                 used.add(i)
                 found.add(j)

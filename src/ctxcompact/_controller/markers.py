@@ -1,0 +1,186 @@
+"""What the store hook writes into the view: each marker naming its original's real handle.
+
+Strategies write the plain markers (or, with the context's ``recall``, the recall forms with
+stand-in handles of the right length, so their budgets hold); these functions put in the real
+handle once the store holds the original, or the plain form when it does not.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import TYPE_CHECKING, Any
+
+from .._history.messages import Message, TextPart
+from ..kit import (
+    DROP_MARKER,
+    DROP_NOTE_RE,
+    RANGE_NOTE_RE,
+    TRUNCATION_RE,
+    cleared_marker,
+    drop_note,
+    range_note,
+    truncation_marker,
+    with_content,
+)
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+
+    from .._history.messages import ToolCall
+
+__all__ = [
+    "NAMED_RE",
+    "with_cleared_handles",
+    "with_drop_note",
+    "with_range_note",
+    "with_truncation_handle",
+]
+
+NAMED_RE = re.compile(r'recall_tool_result\("([^"\n]{1,300})"')
+"""A handle a marker names (the first one in a text)."""
+
+
+def _map_text(message: Message, change: Callable[[str], str]) -> Message:
+    """``message`` with ``change`` applied to its text (each text part); the same object
+    when nothing changed."""
+    content = message.content
+    if isinstance(content, str):
+        new = change(content)
+        return message if new == content else with_content(message, new)
+    if not content:
+        return message
+    parts = [
+        part.model_copy(update={"text": change(part.text)}) if isinstance(part, TextPart) else part
+        for part in content
+    ]
+    if all(a is b or a == b for a, b in zip(parts, content, strict=True)):
+        return message
+    return message.model_copy(update={"content": tuple(parts)})
+
+
+def with_truncation_handle(replacement: Message, original: str, handle: str | None) -> Message:
+    """``replacement`` (a cut of ``original``) with each cut marker naming ``handle`` and the
+    line of ``original`` the cut starts on; the plain marker when ``handle`` is ``None``."""
+
+    def change(text: str) -> str:
+        out: list[str] = []
+        last = 0
+        for match in TRUNCATION_RE.finditer(text):
+            head = text[last : match.start()]
+            # Where the head sits in the original (its start for a string result; a text
+            # part's place for parts): the cut starts on the line after it.
+            at = 0 if original.startswith(head) else original.find(head)
+            offset = original.count("\n", 0, max(at, 0) + len(head)) + 1 if at >= 0 else 1
+            out.append(head)
+            out.append(truncation_marker(int(match.group(1)), handle=handle, offset=offset))
+            last = match.end()
+        if not out:
+            return text
+        out.append(text[last:])
+        return "".join(out)
+
+    return _map_text(replacement, change)
+
+
+def with_cleared_handles(
+    replacement: Message, originals: dict[str, tuple[ToolCall, str | None]]
+) -> Message:
+    """``replacement`` (an assistant message whose calls were cleared) with every cleared
+    value naming its call's arguments handle. ``originals``: call id -> (the original call,
+    its handle or ``None`` when the store does not hold it: the strategy's marker stays).
+
+    A value the strategy changed is a cleared one, whatever its marker says; the recall form
+    is kept only when it is shorter than the original value, else the value comes back whole.
+    """
+    calls = replacement.tool_calls or ()
+    new_calls = []
+    changed = False
+    for call in calls:
+        entry = originals.get(call.id)
+        if entry is None:
+            new_calls.append(call)
+            continue
+        original, handle = entry
+        if handle is None:
+            new_calls.append(call)
+            continue
+        try:
+            old_value = json.loads(original.arguments)
+            new_value = json.loads(call.arguments)
+        except ValueError:
+            new_calls.append(call)
+            continue
+        marked = _mark(old_value, new_value, handle)
+        text = json.dumps(marked, ensure_ascii=False)
+        if text == call.arguments:
+            new_calls.append(call)
+            continue
+        changed = True
+        new_calls.append(call.model_copy(update={"arguments": text}))
+    return replacement.replace(tool_calls=new_calls) if changed else replacement
+
+
+def _mark(old: Any, new: Any, handle: str) -> Any:
+    if isinstance(old, str) and isinstance(new, str) and old != new:
+        marker = cleared_marker(len(old), handle=handle)
+        return marker if len(marker) < len(old) else old
+    if isinstance(old, dict) and isinstance(new, dict):
+        return {k: _mark(old[k], v, handle) if k in old else v for k, v in new.items()}
+    if isinstance(old, list) and isinstance(new, list) and len(old) == len(new):
+        return [_mark(a, b, handle) for a, b in zip(old, new, strict=True)]
+    return new
+
+
+def with_drop_note(
+    message: Message,
+    *,
+    count: int,
+    range_handle: str | None,
+    results: Sequence[tuple[str, str]],
+) -> Message:
+    """``message`` (the task) with its drop note naming ``range_handle`` and ``results``
+    (the plain note when ``range_handle`` is ``None``); a note is added when there is none."""
+    note = drop_note(count, range_handle=range_handle, results=results)
+    if range_handle is None:
+        note = DROP_MARKER.format(count=count)
+    content = message.content
+    if isinstance(content, str) or content is None:
+        text = content or ""
+        match = DROP_NOTE_RE.search(text)
+        if match is not None:
+            text = text[: match.start()]
+        new = f"{text}\n\n{note}" if text else note
+        return message if new == content else with_content(message, new)
+    parts = list(content)
+    last = parts[-1] if parts else None
+    if isinstance(last, TextPart) and DROP_NOTE_RE.fullmatch(last.text):
+        if last.text == note:
+            return message
+        parts.pop()
+    parts.append(TextPart(text=note))
+    return message.model_copy(update={"content": tuple(parts)})
+
+
+def drop_note_count(message: Message) -> int | None:
+    """The count the drop note at the end of ``message`` states, or ``None``."""
+    match = DROP_NOTE_RE.search(message.text)
+    return None if match is None else int(match.group(1))
+
+
+def with_range_note(message: Message, *, count: int, range_handle: str) -> Message:
+    """``message`` (a summary) ending with the note naming the range it replaces."""
+    note = range_note(count, range_handle)
+    content = message.content
+    if isinstance(content, str) or content is None:
+        text = content or ""
+        match = RANGE_NOTE_RE.search(text)
+        if match is not None:
+            text = text[: match.start()]
+        return with_content(message, text + note)
+    parts = list(content)
+    last = parts[-1] if parts else None
+    if isinstance(last, TextPart) and RANGE_NOTE_RE.fullmatch("\n\n" + last.text):
+        parts.pop()
+    parts.append(TextPart(text=note.lstrip("\n")))
+    return message.model_copy(update={"content": tuple(parts)})

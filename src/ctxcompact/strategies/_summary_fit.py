@@ -1,0 +1,82 @@
+"""Fitting what a summary could not free: the summary strategies' last step.
+
+A summary replaces the older messages, but keeps the last ones whole; when those (a huge
+tool result, a long task) are over the window on their own, the summary alone leaves the
+request over it. :func:`fit_after_summary` then fits the rest the way
+:class:`~ctxcompact.strategies.ContextGuard` does, as a triggered guard (budget
+``max_context_size - reserved_context_size - 1``, the request's answer budget kept free,
+older steps kept up to :data:`~ctxcompact.strategies._guard.TRIGGERED_FILL` of it): the
+newest step's results are cut head + tail, older kept steps are dropped with a note. The
+summary itself and the leading system messages are never dropped: they go before what is
+fitted, and when no user message follows the summary, the summary is the task the note is
+appended to.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from ..exceptions import ConfigError, ContextBudgetError
+from ._guard import ContextGuard
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+
+    from .._contract.protocols import CompactionContext
+    from .._history.messages import Message
+
+__all__ = ["fit_after_summary"]
+
+logger = logging.getLogger(__name__)
+
+_GUARD = ContextGuard()  # triggered: the context's window and reserve, its fill
+
+
+def fit_after_summary(
+    ctx: CompactionContext,
+    output: Sequence[Message],
+    is_summary: Callable[[Message], bool],
+) -> Sequence[Message]:
+    """``output`` (a rewrite of ``ctx.history``) fitted to the context's window; ``output``
+    itself when it fits already, or when what must be kept cannot fit (logged: the summary
+    still stands, smaller than the history).
+
+    Example:
+        >>> from ctxcompact import CompactionContext, HeuristicTokenCounter, Message
+        >>> h = [Message.user("summary"), Message.user("x " * 5000)]
+        >>> ctx = CompactionContext(h, 5000, 3000, 500, token_counter=HeuristicTokenCounter())
+        >>> out = fit_after_summary(ctx, h, lambda m: m.text == "summary")
+        >>> out[0] is h[0], ctx.token_counter.count(out) < 2500
+        (True, True)
+    """
+    counter = ctx.token_counter
+    try:
+        budget = _GUARD.budget(
+            ctx.max_context_size, ctx.reserved_context_size, ctx.max_output_tokens
+        )
+    except ConfigError:  # the reserve leaves no room: nothing could fit it
+        return output
+    if counter.count(output) <= budget:
+        return output
+    summary = max((i for i, m in enumerate(output) if is_summary(m)), default=None)
+    start = 0
+    if summary is not None:
+        # A user message after the summary is the task: the summary goes before what is
+        # fitted. Without one, the summary is the task (never dropped, the note goes on it).
+        later_user = any(m.role == "user" for m in output[summary + 1 :])
+        start = summary + 1 if later_user else summary
+    head, rest = list(output[:start]), list(output[start:])
+    room = budget - sum(counter.count_message(m) for m in head)
+    try:
+        fitted = _GUARD.guard(rest, budget=max(1, room), token_counter=counter)
+    except ContextBudgetError as exc:
+        logger.warning(
+            "the summary leaves ~%d tokens over a budget of %d, and what must be kept "
+            "does not fit it either (%s); the request stays over the window",
+            counter.count(output) - budget,
+            budget,
+            type(exc).__name__,
+        )
+        return output
+    return output if fitted is None else [*head, *fitted]
