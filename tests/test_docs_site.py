@@ -256,7 +256,7 @@ def table_rows(text: str, header: str) -> dict[str, list[str]]:
 # README row -> the row of the full replay table it quotes (docs/guides/strategies.md).
 HEADLINE = {
     "`tool-result-hiding`, 5 newest turns kept": "hiding n=5",
-    "`schema1-masking`, window 5": "masking window=5",
+    "`schema1-masking`, window 5": "masking window=5 (every turn)",
     "`tool-result-truncation`, 8,000 characters": "truncation max 8000 chars",
     "`context-guard` (drops old turns, errors included)": "context guard",
 }
