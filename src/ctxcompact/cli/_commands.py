@@ -226,7 +226,7 @@ def run_replay(args: argparse.Namespace) -> int:
         cached_price=args.cached_price,
         token_counter=first.counter_name,
         pricing=args.pricing_table,
-        recall=any(setup.config.store.recall for setup in setups),
+        recall=any(setup.wiring.recall for setup in setups),
         params=tuple({**setup.config.compaction.params, **flags} for setup in setups),
     )
     if args.plot:

@@ -103,8 +103,9 @@ class Setup:
     def make_controller(self) -> CompactionController:
         """A new controller (and a new strategy object: strategies may keep state).
 
-        With ``[store] recall = true`` it gets a fresh in-memory store: a replay measures
-        what recall would give and never writes the configured store's file.
+        It gets a fresh in-memory store (none with ``--no-store`` or ``[store] enabled =
+        false``): a replay measures what recall gives and never writes the configured
+        store's file.
         """
         return self.wiring.controller()
 
