@@ -69,16 +69,33 @@ async def test_every_call_keeps_the_last_5_groups_every_error_and_every_message(
     assert stats.failed_compactions == 0
 
 
-async def test_it_meets_the_issue_14_target_on_the_public_traces() -> None:
+@pytest.mark.parametrize(
+    ("store", "max_input", "max_cost"),
+    [
+        # Issue 14's target, met with the strategies' own markers: [store] recall = false.
+        ("[store]\nrecall = false\n", 0.50, 0.65),
+        # The default (issue 20): the originals kept in memory, every marker naming its
+        # recall handle, which costs a few tokens per marker.
+        ("", 0.53, 0.68),
+    ],
+    ids=["recall-off", "default"],
+)
+async def test_it_meets_the_issue_14_target_on_the_public_traces(
+    store: str, max_input: float, max_cost: float, tmp_path: Path
+) -> None:
     logging.getLogger("ctxcompact").setLevel(logging.ERROR)
+    path = tmp_path / "recommended.toml"
+    path.write_text(RECOMMENDED.read_text(encoding="utf-8") + "\n" + store, encoding="utf-8")
+    config = load_config(path)
     base, ours = ReplayStats(), ReplayStats()
     for name in trace_names():
         conversation = from_openai(load_trace(name))
         counter = MemoCounter(HeuristicTokenCounter())
         base += await replay(conversation, None, counter=counter)
-        ours += await replay(conversation, build(counter), counter=counter)
+        controller = CompactionController.from_config(config, token_counter=counter)
+        ours += await replay(conversation, controller, counter=counter)
     input_ratio = ours.input_tokens / base.input_tokens
     cost_ratio = ours.cost / base.cost
-    # The figures examples/recommended.toml and the README state (49.8% and 64.6%).
-    assert input_ratio <= 0.50, input_ratio
-    assert cost_ratio <= 0.65, cost_ratio
+    # The figures the docs state: 49.8% and 64.6% with recall off, 52.9% and 67.5% with it.
+    assert input_ratio <= max_input, input_ratio
+    assert cost_ratio <= max_cost, cost_ratio

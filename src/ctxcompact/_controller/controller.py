@@ -696,6 +696,7 @@ class CompactionController:
                 cold = Problem.fixed("too_little_saved", note, source=name)
                 return self._unchanged(attempt, "noop", (cold,), duration, outage)
         result, pins = self._restore_pins(history, output, name)
+        shaped = result  # before the store hook: its markers copy the messages they extend
         store_problem: Problem | None = None
         if same_messages(result, history):  # it only lost pins, which are back
             return self._unchanged(attempt, "noop", pins, duration, outage)
@@ -737,7 +738,7 @@ class CompactionController:
             outage,
             after=(reported, len(result)),
             rewritten=rewritten,
-            output=result,
+            output=shaped,
             cache_break=breaks_cache(history, result),
         )
         self._emit(event, st)
@@ -975,7 +976,8 @@ class _Attempt:
         cache_break: bool = False,
     ) -> CompactionEvent:
         """The attempt's event; ``after`` is the result's (tokens, messages) when it changed,
-        ``output`` the history it changed to."""
+        ``output`` the strategy's output (before the store hook's markers), to tell whether
+        it used the summary made ahead."""
         n = len(self.history)
         tokens_after, messages_after = after or (self.tokens, n)
         ahead: AheadUse | None = None
