@@ -18,6 +18,10 @@ from urllib.parse import urlsplit
 
 import httpx
 import pytest
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
 
 from ctxcompact import load_config
 from ctxcompact.proxy import create_app
@@ -413,7 +417,9 @@ def test_502_names_the_upstream_url_without_credentials_or_query(tmp_path: Path)
     port = free_port()
     dead = f"http://user:pa55word@127.0.0.1:{port}"
     with start_proxy(write_config(tmp_path, dead)) as proxy:
-        r = httpx.post(f"{proxy}{CHAT}?api-key=QUERYSECRET", json={"model": "m", "messages": []})
+        r = httpx.post(
+            f"{proxy}{CHAT}?api-key=QUERYSECRET", json={"model": "m", "messages": []}, timeout=30
+        )
     assert r.status_code == 502
     message = r.json()["error"]["message"]
     assert f"http://127.0.0.1:{port}/v1/chat/completions" in message
@@ -454,3 +460,25 @@ def test_client_leaving_mid_upload_is_no_traceback_and_reaches_nobody(
     assert after.status_code == 200
     assert len(fake.received) == 1
     assert "Traceback" not in capfd.readouterr().err
+
+
+def test_a_cookie_one_callers_upstream_sets_never_goes_out_with_another_callers_request(
+    tmp_path: Path,
+) -> None:
+    """The proxy's one HTTP client serves every caller: it keeps no cookie jar of its own
+    (an upstream's ``Set-Cookie``, say a CDN's, reaches only the client it answered)."""
+    seen: list[str | None] = []
+
+    async def chat(request: Request) -> JSONResponse:
+        seen.append(request.headers.get("cookie"))
+        answer = JSONResponse({"id": "c", "object": "chat.completion", "choices": []})
+        answer.set_cookie("__cf_bm", "alice-session", path="/")
+        return answer
+
+    app = Starlette(routes=[Route("/v1/chat/completions", chat, methods=["POST"])])
+    with serve_in_thread(app) as url, start_proxy(write_config(tmp_path, url)) as proxy:
+        body = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+        first = httpx.post(f"{proxy}{CHAT}", json=body, headers={"authorization": "Bearer a"})
+        httpx.post(f"{proxy}{CHAT}", json=body, headers={"authorization": "Bearer b"})
+    assert "alice-session" in first.headers["set-cookie"]  # relayed to its own client
+    assert seen == [None, None]

@@ -17,6 +17,7 @@ import dataclasses
 import logging
 import time
 from dataclasses import dataclass
+from http.cookiejar import Cookie, CookieJar, CookiePolicy
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import httpx
@@ -49,6 +50,7 @@ from ._relay import Relay
 from ._rewrite import Body, RewriteReport, dumps, raw_count
 
 if TYPE_CHECKING:
+    import urllib.request
     from collections.abc import AsyncIterator, Sequence
 
     from starlette.requests import Request
@@ -184,7 +186,11 @@ class ProxyApp:
             keepalive_expiry=UPSTREAM_KEEPALIVE_EXPIRY,
         )  # httpx's defaults but the expiry
         self.http = client or httpx.AsyncClient(
-            timeout=httpx.Timeout(settings.timeout), limits=limits
+            timeout=httpx.Timeout(settings.timeout),
+            limits=limits,
+            # One client serves every caller: a cookie one caller's upstream answer set must
+            # never go out with another caller's request.
+            cookies=CookieJar(policy=_NoCookies()),
         )
 
     def asgi(self) -> Starlette:
@@ -466,3 +472,23 @@ def build_app(
         store=store,
         metrics=metrics,
     ).asgi()
+
+
+class _NoCookies(CookiePolicy):
+    """A cookie policy that keeps no cookie and sends none (the shared client's jar)."""
+
+    netscape = True
+    rfc2965 = False
+    hide_cookie2 = False
+
+    def set_ok(self, cookie: Cookie, request: urllib.request.Request) -> bool:
+        return False
+
+    def return_ok(self, cookie: Cookie, request: urllib.request.Request) -> bool:
+        return False
+
+    def domain_return_ok(self, domain: str, request: urllib.request.Request) -> bool:
+        return False
+
+    def path_return_ok(self, path: str, request: urllib.request.Request) -> bool:
+        return False

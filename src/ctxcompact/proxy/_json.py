@@ -28,6 +28,8 @@ import math
 import re
 from typing import TYPE_CHECKING, Any
 
+import orjson
+
 if TYPE_CHECKING:
     from collections.abc import Callable
 
@@ -36,6 +38,7 @@ __all__ = [
     "MAX_INT_DIGITS",
     "BodyError",
     "check_charset",
+    "compact_json",
     "encode_body",
     "parse_body",
 ]
@@ -128,12 +131,68 @@ def _text(raw: bytes) -> str:
 def parse_body(raw: bytes) -> dict[str, Any]:
     """Parse a chat request body: a JSON object within the documented limits.
 
+    orjson reads it when it can say for sure that the result is what the standard library
+    would give (:func:`_fast`); otherwise ``json`` reads it, and gives the errors.
+
     Raises:
         BodyError: not UTF-8, not JSON, not an object, or over a limit.
     """
     text = _text(raw)
+    fast = _fast(raw)
+    if fast is None:
+        body = _strict(text)
+        deepest = depth(body)
+    else:
+        body, deepest = fast
+    if not isinstance(body, dict):
+        raise BodyError("request body must be a JSON object")
+    if deepest > MAX_DEPTH:
+        raise BodyError(f"request body is nested deeper than {MAX_DEPTH} levels")
+    return body
+
+
+_INT64 = float(2**63)
+
+
+def _fast(raw: bytes) -> tuple[Any, int] | None:
+    """``raw`` parsed by orjson, and its :func:`depth`; ``None`` when ``json`` must read it.
+
+    orjson refuses all that :func:`_strict` refuses (NaN and Infinity, numbers beyond a
+    float's range, trailing data) and a little it accepts (a lone surrogate escape, nesting
+    deeper than 1,024): ``json`` then reads the body and gives its result or its error. Every
+    other value both parse alike (float literals to the same correctly rounded float, the
+    last of duplicate keys kept), but integers beyond 64 bits, which orjson turns into floats:
+    a float of that size in its result may have been one, so ``json`` reads that body. So
+    does a body nested deeper than :data:`MAX_DEPTH`, which is refused with the error it
+    always had.
+    """
     try:
-        body = json.loads(text, parse_constant=_constant, parse_int=_int, parse_float=_float)
+        value = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return None
+    # depth(), with exact types (orjson builds no subclasses) and the floats looked at.
+    level = [value] if type(value) is dict or type(value) is list else []
+    deepest = 0
+    while level:
+        deepest += 1
+        inner: list[Any] = []
+        for item in level:
+            for child in item.values() if type(item) is dict else item:
+                kind = type(child)
+                if kind is dict or kind is list:
+                    inner.append(child)
+                elif kind is float and not -_INT64 < child < _INT64:
+                    return None
+        level = inner
+    if deepest > MAX_DEPTH:  # refused: json reads it, so the error is the one it always was
+        return None
+    return value, deepest
+
+
+def _strict(text: str) -> Any:
+    """``text`` parsed by the standard library's ``json``, within the limits."""
+    try:
+        return json.loads(text, parse_constant=_constant, parse_int=_int, parse_float=_float)
     except BodyError:
         raise
     except RecursionError:
@@ -145,11 +204,6 @@ def parse_body(raw: bytes) -> dict[str, Any]:
         ) from None
     except ValueError:  # int() refusing a digit string above sys.get_int_max_str_digits()
         raise BodyError(f"an integer has more than {MAX_INT_DIGITS} digits") from None
-    if not isinstance(body, dict):
-        raise BodyError("request body must be a JSON object")
-    if depth(body) > MAX_DEPTH:
-        raise BodyError(f"request body is nested deeper than {MAX_DEPTH} levels")
-    return body
 
 
 def depth(value: Any) -> int:
@@ -159,19 +213,63 @@ def depth(value: Any) -> int:
         >>> depth({"a": [1, {"b": []}]}), depth("x")
         (4, 0)
     """
+    # One level at a time: each container is visited once, scalars are only looked at.
+    level = [value] if isinstance(value, dict | list) else []
     deepest = 0
-    stack: list[tuple[Any, int]] = [(value, 1)]
-    while stack:
-        item, level = stack.pop()
-        if isinstance(item, dict):
-            children: Any = item.values()
-        elif isinstance(item, list):
-            children = item
-        else:
-            continue
-        deepest = max(deepest, level)
-        stack.extend((child, level + 1) for child in children if isinstance(child, dict | list))
+    while level:
+        deepest += 1
+        inner: list[Any] = []
+        for item in level:
+            children = item.values() if isinstance(item, dict) else item
+            inner.extend(child for child in children if isinstance(child, dict | list))
+        level = inner
     return deepest
+
+
+def compact_json(value: Any) -> bytes:
+    """``json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode("utf-8")``, byte
+    for byte, and its errors; written by orjson when the value holds only plain JSON types.
+
+    orjson writes strings, integers and structure exactly as ``json`` does (checked for every
+    code point), and raises where ``json`` would not (an integer beyond 64 bits, a key that is
+    not a string, a lone surrogate, nesting deeper than 254): ``json`` writes those, or raises
+    its own error. It writes some floats otherwise (``1e-05`` as ``0.00001``, NaN as
+    ``null``) and some types ``json`` refuses (dataclasses, UUIDs): a value holding any other
+    type than dict, list, tuple, str, int, bool and None, or a float orjson does not write as
+    ``json`` does (each float is compared), is written by ``json``.
+
+    Example:
+        >>> compact_json({"a": [1, 0.5, 1e-05, "é"]})
+        b'{"a":[1,0.5,1e-05,"\xc3\xa9"]}'
+    """
+    if _plain(value):
+        try:
+            return orjson.dumps(value)
+        except orjson.JSONEncodeError:
+            pass
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+
+
+_SCALARS = frozenset({str, int, bool, type(None)})
+
+
+def _plain(value: Any) -> bool:
+    """Whether ``value`` holds only dicts, lists, tuples, str, int, bool, None and floats that
+    orjson writes as ``json`` does."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        kind = type(item)
+        if kind is dict:
+            stack.extend(item.values())
+        elif kind is list or kind is tuple:
+            stack.extend(item)
+        elif kind is float:
+            if orjson.dumps(item) != float.__repr__(item).encode():
+                return False
+        elif kind not in _SCALARS:
+            return False
+    return True
 
 
 def encode_body(body: dict[str, Any], dumps: Callable[[dict[str, Any]], bytes]) -> bytes:

@@ -14,7 +14,7 @@ if TYPE_CHECKING:
 
     from starlette.types import Send
 
-__all__ = ["Relay"]
+__all__ = ["Relay", "release"]
 
 logger = logging.getLogger("ctxcompact.proxy")
 
@@ -40,7 +40,7 @@ class Relay(StreamingResponse):
             self._chunks,
             status_code=upstream.status_code,
             headers=headers,
-            background=BackgroundTask(upstream.aclose),
+            background=BackgroundTask(release, upstream),
         )
         self._shown_url = shown_url
 
@@ -62,3 +62,16 @@ class Relay(StreamingResponse):
             )
             return
         await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+_DRAINED = httpx.ByteStream(b"")
+
+
+async def release(upstream: httpx.Response) -> None:
+    """Close ``upstream`` and let it go at once: httpx binds a response's stream back to the
+    response (a reference cycle), which would keep it, its request and the request's body
+    (the whole history, hundreds of KiB) alive until the garbage collector's next full pass.
+    The closed stream is replaced by an empty one, so reference counting frees them as soon
+    as the proxy drops the response."""
+    await upstream.aclose()
+    upstream.stream = _DRAINED

@@ -9,7 +9,6 @@ same as the agent's and the replay engine's.
 
 from __future__ import annotations
 
-import json
 import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeAlias
@@ -21,6 +20,7 @@ from .._formats.anthropic import from_anthropic, to_anthropic
 from .._formats.openai_chat import from_openai, to_openai
 from .._history.messages import Message
 from ._ahead import AheadSummaries
+from ._json import compact_json
 from ._responses import responses_codec
 from ._reuse import remember_rewrite, reuse_rewrites
 
@@ -508,5 +508,5 @@ def _differs(a: Sequence[Message], b: Sequence[Message]) -> bool:
 
 
 def dumps(body: Body) -> bytes:
-    """Compact JSON, UTF-8, as the SDKs send it."""
-    return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    """Compact JSON, UTF-8, as the SDKs send it (:func:`~ctxcompact.proxy._json.compact_json`)."""
+    return compact_json(body)

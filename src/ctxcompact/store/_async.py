@@ -58,6 +58,19 @@ class AsyncOriginalsStore(Protocol):
         in ``keys``; ``None`` when none has one."""
 
 
+@runtime_checkable
+class FindsSummaries(Protocol):
+    """An optional ability of a synchronous store: :meth:`find_summary` looks many keys up at
+    once (the built-in :class:`~ctxcompact.store.SQLiteStore` and
+    :class:`~ctxcompact.store.MemoryStore` have it; any other store is asked key by key)."""
+
+    def find_summary(
+        self, namespace: str, keys: Sequence[str]
+    ) -> tuple[int, tuple[Message, ...]] | None:
+        """The summary kept under the first of ``keys`` that has one, and that key's index
+        in ``keys``; ``None`` when none has one."""
+
+
 def is_async_store(store: object) -> TypeGuard[AsyncOriginalsStore]:
     """Whether ``store`` offers the async methods (:class:`AsyncOriginalsStore`)."""
     return isinstance(store, AsyncOriginalsStore)
@@ -88,6 +101,8 @@ async def find_summary(
     trip with an async store, else ``get_summary`` key by key."""
     if is_async_store(store):
         return await store.afind_summary(namespace, keys)
+    if isinstance(store, FindsSummaries):  # the built-in stores: one query, not one per key
+        return store.find_summary(namespace, keys)
     for i, key in enumerate(keys):
         found = store.get_summary(namespace, key)
         if found is not None:

@@ -157,6 +157,20 @@ class MemoryStore:
         assert isinstance(hit[0], bytes)
         return parse_summary(hit[0].decode("utf-8"))
 
+    def find_summary(
+        self, namespace: str, keys: Sequence[str]
+    ) -> tuple[int, tuple[Message, ...]] | None:
+        """The summary under the first of ``keys`` that has one, and that key's index (under
+        one lock, not one per key)."""
+        with self._lock:
+            hits = (self._order.get(("s", (namespace, key))) for key in keys)
+            found = next(((i, hit) for i, hit in enumerate(hits) if hit is not None), None)
+        if found is None:
+            return None
+        i, hit = found
+        assert isinstance(hit[0], bytes)
+        return i, parse_summary(hit[0].decode("utf-8"))
+
     # -- internals ----------------------------------------------------------------------------
 
     def _add(self, key: tuple[str, _OriginalKey | _SummaryKey], value: object, size: int) -> None:
