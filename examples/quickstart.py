@@ -7,10 +7,11 @@ An agent reads three big files, one per user request. Before each model call the
 CompactionController checks whether the history still fits (window 4,000 tokens, 1,000 kept
 free for the answer); when it does not, ToolResultHiding replaces old tool results with a
 short placeholder naming recall_tool_result, which the model is offered to get one back (the
-controller keeps the originals in a bounded in-memory store). After each call the provider's token count is fed back with
-observe_usage, so the next check starts from a real count (a provider may report none: then
-the controller keeps its own estimate). Offline, ScriptedLLM plays the model; with
---base-url any OpenAI-compatible server does (OPENAI_API_KEY, or --api-key, if it needs one).
+controller keeps the originals in a bounded in-memory store). After each call the provider's
+token count is fed back with observe_usage, so the next check starts from a real count (a
+provider may report none: then the controller keeps its own estimate). Offline, ScriptedLLM
+plays the model; with --base-url any OpenAI-compatible server does (OPENAI_API_KEY, or
+--api-key, if it needs one).
 """
 
 from __future__ import annotations

@@ -212,9 +212,11 @@ class CompactionController:
         >>> result.event.status, len(result.history)
         ('compacted', 1)
         >>> print(result.history[0].text)  # the default store keeps what went, and says so
+        ... # doctest: +NORMALIZE_WHITESPACE
         short
         <BLANKLINE>
-        [ctxcompact: 1 earlier message(s) were dropped to fit the window; recall_tool_result("#r...") lists them]
+        [ctxcompact: 1 earlier message(s) were dropped to fit the window;
+        recall_tool_result("#r...") lists them]
     """
 
     def __init__(
