@@ -767,8 +767,8 @@ async def test_result_is_the_original_or_a_valid_history(
                 return h
         for h in [*kept, *history]:  # equal messages: the one the strategy kept
             noted = h.model_copy(update={"content": m.content})
-            head = h.text + "\n\n" if h.text else ""
-            if recall and noted == m and m.text.startswith(head + "[ctxcompact: "):
+            noted_text = m.text.startswith(h.text) and "[ctxcompact: " in m.text[len(h.text) :]
+            if recall and noted == m and noted_text:
                 return h
         return None
 
