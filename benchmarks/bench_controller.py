@@ -136,7 +136,7 @@ def main() -> None:
     runs = 5 if args.quick else 15
     history = (messages * (1 + 10_000 // len(messages)))[:10_000]
     print(f"\ntriggered run vs the strategy alone, 10,000 messages, best of {runs} runs")
-    for strategy in (ToolResultHiding(), Schema1Masking(window_turns=8)):
+    for strategy in (ToolResultHiding(), Schema1Masking(window_turns=8, batch_turns=0)):
         alone, run = triggered(strategy, history, runs)
         ratio = run / alone
         verdict = "ok" if ratio <= 3 else "OVER"

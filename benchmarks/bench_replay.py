@@ -9,8 +9,8 @@ percentages of no compaction, cache breaks, compactions, whether the last 5 tool
 and every error result reached the model verbatim at every call, and "removed then
 referenced": of the tool results the configuration removed from some call's input, those a
 later answer quoted while they were out of view (ctxcompact.replay._referenced documents the
-method). The last row is examples/recommended.toml, loaded from its file
-(benchmarks/bench_recommended.py locates it on the cost/input frontier).
+method). The last row is examples/recommended.toml, loaded from its file (the tiered
+strategy; benchmarks/bench_recommended.py measures the pipeline family it replaced).
 
     .venv/bin/python benchmarks/bench_replay.py           # all traces (~30-60 s)
     .venv/bin/python benchmarks/bench_replay.py --quick   # 5 traces, 4 configurations
@@ -107,14 +107,18 @@ CONFIGS = [
         "hiding n=5, clear_at_least=5000",
         at_defaults(lambda: ToolResultHiding(preserve_recent_n=5, clear_at_least=5_000)),
     ),
-    Config("schema1 window=5", at_defaults(lambda: Schema1Masking(window_turns=5)), quick=True),
+    Config(
+        "schema1 window=5",
+        at_defaults(lambda: Schema1Masking(window_turns=5, batch_turns=0)),
+        quick=True,
+    ),
     Config(
         "schema1 window=5, batch_turns=5",
         at_defaults(lambda: Schema1Masking(window_turns=5, batch_turns=5)),
     ),
     Config(
         "schema1 window=5, clear_at_least=5000",
-        at_defaults(lambda: Schema1Masking(window_turns=5, clear_at_least=5_000)),
+        at_defaults(lambda: Schema1Masking(window_turns=5, batch_turns=0, clear_at_least=5_000)),
         quick=True,
     ),
     Config("truncation max 8000 chars", at_defaults(lambda: ToolResultTruncation(max_chars=8_000))),
@@ -124,23 +128,25 @@ CONFIGS = [
     ),
     Config(
         "per request: schema1 window=5 (slides every call)",
-        per_request(lambda: Schema1Masking(window_turns=5)),
+        per_request(lambda: Schema1Masking(window_turns=5, batch_turns=0, always=True)),
     ),
     Config(
         "per request: schema1 window=5, batch_turns=10",
-        per_request(lambda: Schema1Masking(window_turns=5, batch_turns=10)),
+        per_request(lambda: Schema1Masking(window_turns=5, batch_turns=10, always=True)),
     ),
 ]
 
 PREVIOUS = Config(
     "previous recommendation: schema1 window=5, short placeholder, clear_at_least=5000",
     at_defaults(
-        lambda: Schema1Masking(window_turns=5, placeholder_template=SHORT, clear_at_least=5_000)
+        lambda: Schema1Masking(
+            window_turns=5, placeholder_template=SHORT, batch_turns=0, clear_at_least=5_000
+        )
     ),
     quick=True,
 )
 RECOMMENDED = Config(
-    "recommended.toml: schema1 + tool-input clearing, batch_turns=12, every call",
+    "recommended.toml: tiered (no LLM)",
     lambda counter: CompactionController.from_config(
         load_config(ROOT / "examples" / "recommended.toml"), token_counter=counter
     ),
@@ -258,11 +264,11 @@ async def main() -> None:
     rec = rows[-1]
     rec_input = rec.compacted.input_tokens / rec.baseline.input_tokens
     rec_cost = rec.compacted.cost / rec.baseline.cost
-    met = rec_input <= 0.50 and rec_cost <= 0.65 and rec.verbatim_ok
+    met = rec_cost <= 0.32
     print(
-        f"\ntarget for the recommended configuration: input <= 50% and cost <= 65%, last "
-        f"{KEEP_GROUPS} tool groups and every error verbatim: {'met' if met else 'NOT met'} "
-        f"(input {rec_input:.1%}, cost {rec_cost:.1%})."
+        f"\ntarget for the recommended configuration (issue 21, 16k): cost <= 32%: "
+        f"{'met' if met else 'NOT met'} (input {rec_input:.1%}, cost {rec_cost:.1%}; its "
+        "calls over the window: tests/test_recommended.py)."
     )
     # cost = fresh + 0.1 x cached input, and cached input <= input: a floor per input ratio.
     scale = 0.1 * base.input_tokens / base.cost

@@ -38,7 +38,7 @@ async def drive(recording: list[Message], store: Any, recall: bool) -> tuple[flo
         ToolResultHiding(preserve_recent_n=5),
         max_context_size=16_000,
         reserved_context_size=4_000,
-        transforms=[Schema1Masking(window_turns=5)],
+        transforms=[Schema1Masking(window_turns=5, batch_turns=0, always=True)],
         store=store,
         recall_placeholder=DEFAULT_RECALL_TEMPLATE if recall else None,
     )

@@ -130,7 +130,7 @@ def schema1_replay(runs: int) -> None:
     """
     histories = [from_openai(load_trace(n)) for n in trace_names() if n.startswith("claudecode")]
     requests = [h[: i + 1] for h in histories for i, m in enumerate(h) if m.role == "assistant"]
-    strategy = Schema1Masking()
+    strategy = Schema1Masking(batch_turns=0)  # the boundary at every turn, as the seed
 
     def replay() -> None:
         for request in requests:
@@ -167,8 +167,10 @@ def savings_on_traces() -> None:
     strategies: dict[str, Any] = {
         "ToolResultHiding()": ToolResultHiding(),
         "ToolResultHiding(batch_turns=10)": ToolResultHiding(batch_turns=10),
-        "Schema1Masking()": Schema1Masking(),
-        "Schema1Masking(clear_at_least=20000)": Schema1Masking(clear_at_least=20_000),
+        "Schema1Masking()": Schema1Masking(batch_turns=0, always=True),
+        "Schema1Masking(clear_at_least=20000)": Schema1Masking(
+            batch_turns=0, always=True, clear_at_least=20_000
+        ),
         "ToolResultTruncation()": ToolResultTruncation(),
         "ToolResultTruncation(max_chars=8000)": ToolResultTruncation(max_chars=8_000),
         "ContextGuard(context_window=32000)": ContextGuard(context_window=32_000),
@@ -224,7 +226,7 @@ def main() -> None:
             run_sync(ToolResultTruncation(max_chars=8_000), ctx),
             10.0,
         ),
-        "Schema1Masking()": (run_sync(Schema1Masking(), ctx), None),
+        "Schema1Masking()": (run_sync(Schema1Masking(batch_turns=0, always=True), ctx), None),
         "mask_old_tool_results (dicts)": (
             lambda: mask_old_tool_results(raw, MaskPolicy(enabled=True)),
             None,

@@ -160,7 +160,7 @@ def test_loads_by_spec_with_params_and_composes_with_masking() -> None:
         "ctxcompact.strategies:ToolInputClearing", params={"keep_recent": 1, "tools": "all"}
     )
     assert isinstance(strategy, ToolInputClearing)
-    pipeline = Pipeline(Schema1Masking(window_turns=1), strategy)
+    pipeline = Pipeline(Schema1Masking(window_turns=1, batch_turns=0, always=True), strategy)
     history = history_of(3, text=BIG)
     history[2] = tool("c0", "r" * 2000)
     out = run(pipeline, history)

@@ -43,7 +43,8 @@ def arguments(message: Message, index: int = 0) -> dict[str, object]:
 
 STRATEGIES = {
     "hiding": lambda **kw: ToolResultHiding(preserve_recent_n=2, **kw),
-    "schema1": lambda **kw: Schema1Masking(window_turns=2, **kw),
+    # Every run masks, at every turn: these tests are about what is cleared, not when.
+    "schema1": lambda **kw: Schema1Masking(window_turns=2, batch_turns=0, always=True, **kw),
 }
 
 
@@ -106,7 +107,8 @@ def test_schema1_keeps_the_arguments_of_a_call_whose_error_result_is_kept() -> N
         *write_group(2),
     ]
     out = assert_strategy_invariants(
-        Schema1Masking(window_turns=2, clear_tool_inputs=True), ctx_for(history)
+        Schema1Masking(window_turns=2, clear_tool_inputs=True, batch_turns=0, always=True),
+        ctx_for(history),
     )
     assert out is not None
     assert out[2] is history[2]  # the error result is kept verbatim...
@@ -163,7 +165,7 @@ def test_bad_settings_name_the_key(kind: str) -> None:
 def test_the_schema1_config_table_takes_clear_tool_inputs(tmp_path: Path) -> None:
     path = tmp_path / "c.toml"
     path.write_text(
-        "[observation_masking.schema1]\nenabled = true\nwindow_turns = 2\n"
+        "[observation_masking.schema1]\nenabled = true\nwindow_turns = 2\nbatch_turns = 0\n"
         "clear_tool_inputs = true\nclear_inputs_min_chars = 100\n"
     )
     strategy = load_config(path).observation_masking.schema1.build()

@@ -12,7 +12,7 @@ import pytest
 from ctxcompact import Agent, CompactionController, Config, Message, load_config, wire
 from ctxcompact.exceptions import ConfigError, UserError
 from ctxcompact.store import MemoryStore
-from ctxcompact.strategies import ContextGuard, Pipeline, ToolResultHiding
+from ctxcompact.strategies import ContextGuard, Tiered, ToolResultHiding
 from ctxcompact.testing import ScriptedLLM
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -32,7 +32,7 @@ def write(tmp_path: Path, text: str) -> Path:
 def test_from_config_takes_the_path_a_user_passes(source: str | Path) -> None:
     controller = CompactionController.from_config(source)
     from_loaded = CompactionController.from_config(load_config(RECOMMENDED))
-    assert isinstance(controller.strategy, Pipeline)
+    assert isinstance(controller.strategy, Tiered)
     assert (controller.max_context_size, controller.reserved_context_size) == (16_000, 4_000)
     assert repr(controller) == repr(from_loaded)
 

@@ -68,7 +68,8 @@ def test_defaults_match_the_agreed_values() -> None:
         True,
         0,
     )
-    assert (s.batch_turns, s.clear_at_least) == (0, 0)
+    # Unset batch_turns: by window_turns; only a history over the window is masked.
+    assert (s.batch_turns, s.clear_at_least, s.always) == (None, 0, False)
     assert s.placeholder_template == ENGLISH_PLACEHOLDER
     t = config.tool_result_truncation
     assert (t.enabled, t.max_chars, t.head_chars, t.tail_chars) == (False, 50_000, 2_000, 2_000)

@@ -20,8 +20,10 @@ from ctxcompact import (
     check_history,
     from_openai,
     load_config,
+    wire,
 )
 from ctxcompact.exceptions import CompactionError, ConfigError, StrategyLoadError
+from ctxcompact.strategies import ContextGuard
 from ctxcompact.testing import FunctionStrategy, ScriptedLLM
 from tests.helpers.gen import assistant, call, system, tool, user, valid_histories
 from tests.helpers.traces import load_trace
@@ -61,6 +63,9 @@ def make(
     kw.setdefault("token_counter", Fixed())
     kw.setdefault("max_context_size", 100)
     kw.setdefault("reserved_context_size", 20)
+    # These tests are about the trigger and the loop guards: every valid rewrite is kept.
+    # Weighing rewrites against the cache (cache_pricing) has tests of its own.
+    kw.setdefault("cache_pricing", None)
     controller = CompactionController(
         strategy or keep_last(2),  # type: ignore[arg-type]
         on_event=events.append,
@@ -392,6 +397,102 @@ async def test_a_small_saving_that_fits_never_holds_back_the_next_needed_run() -
     assert len(strategy.calls) == 5
 
 
+# -- weighing a rewrite the window does not need against the cache it breaks ----------------------
+
+
+REWRITE_PRICING = CompactionController(keep_last(1), max_context_size=100_000).cache_pricing
+"""The controller's default cache prices (reads 0.1, writes 1.25)."""
+
+
+def chat(turns: int) -> list[Message]:
+    """``turns`` user/assistant pairs: 10 tokens a message with :class:`Fixed`."""
+    return [m for i in range(turns) for m in (user(f"q{i}"), assistant(f"a{i}"))]
+
+
+async def test_an_optional_rewrite_that_does_not_pay_back_the_cache_is_a_noop() -> None:
+    # max_messages fires with room to spare: the rewrite is optional. keep_last(6) of 8
+    # messages frees 20 tokens a call but changes the first message, so the next call
+    # re-bills all 60 kept tokens at the write price: 0.1 x 20 x 2 calls < 1.15 x 60.
+    history = chat(4)
+    controller, events = make(
+        keep_last(6), max_context_size=1000, reserved_context_size=100, max_messages=5
+    )
+    controller.cache_pricing = REWRITE_PRICING
+    controller.observe_usage(None, history)  # the provider has seen (and cached) it
+    result = await controller.compact(history)
+    assert result.history is history
+    assert events[-1].status == "noop"
+    assert [p.kind for p in events[-1].problems] == ["no_payback"]
+    assert "re-bills 60" in str(events[-1].problems[0])
+    # With weighing off, or before any call (nothing cached to break), the rewrite is kept.
+    assert (await controller.compact(history)).history is history  # waits for growth
+    assert events[-1].status == "skipped"
+    controller.cache_pricing = None
+    controller.reset()
+    assert len((await controller.compact(history)).history) == 6
+    fresh, events = make(
+        keep_last(6), max_context_size=1000, reserved_context_size=100, max_messages=5
+    )
+    fresh.cache_pricing = REWRITE_PRICING
+    assert len((await fresh.compact(history)).history) == 6
+    assert events[-1].status == "compacted"
+
+
+async def test_an_optional_rewrite_that_pays_back_is_kept() -> None:
+    # Only the newest message changes (4,000 characters to 5): nothing before it is
+    # re-billed, and what it frees is saved at every call to come.
+    history = [user("task"), assistant("ok"), user("x" * 4_000)]
+    shorten = FunctionStrategy(lambda ctx: [*ctx.history[:-1], user("short")])
+    controller, events = make(
+        shorten,
+        token_counter=HeuristicTokenCounter(),
+        max_context_size=100_000,
+        reserved_context_size=100,
+        max_messages=2,
+    )
+    controller.cache_pricing = REWRITE_PRICING
+    controller.observe_usage(None, history)
+    result = await controller.compact(history)
+    assert events[-1].status == "compacted", events[-1]
+    assert result.history[-1].content == "short"
+
+
+async def test_a_rewrite_the_window_needs_is_kept_whatever_it_re_bills() -> None:
+    # 8 messages + 20 reserved reach the 100-token window: keep_last(2) brings the history
+    # to 20 tokens. Weighed, it would not pay back (0.1 x 60 x 2 < 1.15 x 20), but the
+    # next call does not fit without it.
+    history = chat(4)
+    controller, events = make(keep_last(2))
+    controller.cache_pricing = REWRITE_PRICING
+    controller.observe_usage(None, history)
+    assert len((await controller.compact(history)).history) == 2
+    assert events[-1].status == "compacted"
+
+
+def test_cache_pricing_names_a_price_table_or_off(tmp_path: Path) -> None:
+    def prices(value: object) -> object:
+        return Config.from_dict({"compaction": {"cache_pricing": value}}).cache_prices()
+
+    assert prices("off") is None
+    assert REWRITE_PRICING is not None
+    assert (REWRITE_PRICING.read, REWRITE_PRICING.write) == (0.1, 1.25)
+    assert Config.from_dict({}).cache_prices() == REWRITE_PRICING
+    anthropic = prices("anthropic")
+    assert anthropic is not None
+    assert anthropic.write > anthropic.read
+    with pytest.raises(ConfigError) as info:
+        prices("cheapest")
+    assert info.value.key == "compaction.cache_pricing"
+    assert "flat" in str(info.value)
+    path = tmp_path / "c.toml"
+    path.write_text(
+        "[compaction]\nmax_context_size = 100000\nreserved_context_size = 1000\n"
+        'strategy = "tiered"\ncache_pricing = "off"\n',
+        encoding="utf-8",
+    )
+    assert wire(path).cache_pricing is None
+
+
 async def test_circuit_opens_after_consecutive_failures_and_force_still_runs() -> None:
     llm = ScriptedLLM()
     attempts: list[int] = []
@@ -672,7 +773,7 @@ async def test_guard_transform_trims_requests_only() -> None:
 def test_guard_reserve_too_big_names_the_table_at_load_and_at_build() -> None:
     data: dict[str, object] = {
         "compaction": {"max_context_size": 8_000, "reserved_context_size": 100},
-        "context_guard": {"enabled": True},  # reserve_tokens 8192 >= 8000
+        "context_guard": {"enabled": True, "reserve_tokens": 8192},  # 8192 >= 8000
     }
     with pytest.raises(ConfigError) as info:
         Config.from_dict(data)  # caught when the file loads
@@ -685,6 +786,26 @@ def test_guard_reserve_too_big_names_the_table_at_load_and_at_build() -> None:
     with pytest.raises(ConfigError) as built:
         CompactionController.from_config(cfg, strategy=keep_last(1), max_context_size=8_000)
     assert built.value.key == "context_guard.reserve_tokens"
+
+
+def test_the_guard_table_keeps_the_controllers_reserve_free_unless_it_sets_its_own() -> None:
+    # One meaning of "fits": the per-request guard used to keep 8,192 tokens free whatever
+    # the controller reserved, so it trimmed requests the window held (a trace at 8,053
+    # tokens in a 16,000 window with 4,000 reserved).
+    table: dict[str, object] = {"enabled": True}
+    limits = {"strategy": "tool-result-hiding", "max_context_size": 16_000}
+    limits["reserved_context_size"] = 4_000
+
+    def guard() -> ContextGuard:
+        built = wire(Config.from_dict({"compaction": limits, "context_guard": table}))
+        assert isinstance(built.transforms[0], ContextGuard)
+        return built.transforms[0]
+
+    assert guard().budget(None) == 12_000
+    # Per request it drops oldest first, in batches of 8: a fixed order keeps the prefix.
+    assert (guard().drop_order(), guard().batch_size()) == ("oldest", 8)
+    table["reserve_tokens"] = 8_192
+    assert guard().budget(None) == 16_000 - 8_192
 
 
 def test_from_config_window_override_below_reserved_names_the_key(tmp_path: Path) -> None:
@@ -702,7 +823,9 @@ async def test_from_config_transforms_mask_old_results_in_requests_only() -> Non
     cfg = Config.model_validate(
         {
             "compaction": {"max_context_size": 10_000_000},
-            "observation_masking": {"schema1": {"enabled": True, "window_turns": 1}},
+            "observation_masking": {
+                "schema1": {"enabled": True, "window_turns": 1, "always": True}
+            },
         }
     )
     controller = CompactionController.from_config(cfg, strategy=keep_last(1))

@@ -242,6 +242,13 @@ SPECIAL_VALUES: dict[str, object] = {
     "context_window": 32_000,
     "reserve_tokens": 1_000,
     "fill": 0.5,
+    "Schema1Masking.batch_turns": 3,  # unset: by window_turns
+    "drop_batch": 4,  # unset: 8 per request, 1 triggered
+    "drop": "relevance",  # unset: oldest per request (the guard here has a window)
+    "Tiered.tiers": ["mask", "clear"],
+    "max_result_share": 0.125,
+    "summary": {"max_summary_tokens": 512},
+    "guard": {"drop": "oldest"},
 }
 """A valid value other than the default, for the options a generic change cannot make."""
 
@@ -266,6 +273,7 @@ BUILT_INS = [
     strategies.ToolResultTruncation,
     strategies.ContextGuard,
     strategies.ToolInputClearing,
+    strategies.Tiered,
 ]
 """Pipeline's only options are its steps, shown positionally: its own test below."""
 
@@ -274,7 +282,12 @@ BUILT_INS = [
 def test_each_option_set_shows_in_the_repr_and_the_repr_rebuilds_it(cls: type) -> None:
     base: dict[str, object] = {"context_window": 32_000} if cls is strategies.ContextGuard else {}
     namespace = {**vars(strategies), "ToolSpec": ToolSpec}
-    options = [p for p in inspect.signature(cls).parameters.values() if p.kind is p.KEYWORD_ONLY]
+    # `dependencies` is what the loader offers (Tiered's tiers named as strategies), no option.
+    options = [
+        p
+        for p in inspect.signature(cls).parameters.values()
+        if p.kind is p.KEYWORD_ONLY and p.name != "dependencies"
+    ]
     assert options
     for option in options:
         strategy = cls(**{**base, option.name: _changed(cls, option.name, option.default)})

@@ -39,12 +39,13 @@ def test_what_a_problem_shows_comes_from_its_fields_never_from_the_exception(kin
 
 
 def test_the_kinds_are_the_closed_set_headers_know() -> None:
-    assert len(KINDS) == 20
+    assert len(KINDS) == 21
     assert {
         "strategy_raised",
         "output_rejected",
         "circuit_open",
         "store_failed",
+        "no_payback",
         "not_smaller",
         "store_evicted",
         "pin_restored",

@@ -169,7 +169,8 @@ def test_schema1_transform_masks_every_request_when_enabled(
     upstream: tuple[FakeUpstream, str], tmp_path: Path
 ) -> None:
     fake, url = upstream
-    extra = "[observation_masking.schema1]\nenabled = true\nwindow_turns = 1\n"
+    # always: mask a request that fits the window too (by default only one that does not).
+    extra = "[observation_masking.schema1]\nenabled = true\nwindow_turns = 1\nalways = true\n"
     messages = openai_history(turns=3, output_chars=30)  # far below the trigger
     with start_proxy(write_config(tmp_path, url, extra=extra)) as proxy:
         raw = openai_client(proxy).chat.completions.with_raw_response.create(

@@ -34,7 +34,11 @@ from tests.helpers.proxy_servers import (
 )
 from tests.test_proxy import HIDDEN, openai_history, start_proxy, write_config
 
-SCHEMA1 = "[observation_masking.schema1]\nenabled = true\nwindow_turns = 1\n"
+# Every request masked, at every turn: these requests fit the window.
+SCHEMA1 = (
+    "[observation_masking.schema1]\nenabled = true\nwindow_turns = 1\nbatch_turns = 0\n"
+    "always = true\n"
+)
 CHAT = "/v1/chat/completions"
 
 

@@ -121,7 +121,7 @@ async def test_what_the_transforms_remove_is_recorded_and_the_stored_history_kep
     ctl = controller(
         store,
         max_context_size=100_000,
-        transforms=[Schema1Masking(window_turns=1)],
+        transforms=[Schema1Masking(window_turns=1, always=True)],
     )
     before = history()
     frozen = snapshot(before)
@@ -309,7 +309,7 @@ async def test_a_store_error_is_reported_in_its_own_words_from_prepare_and_step(
     ctl = controller(
         store,
         strategy=ToolResultHiding(preserve_recent_n=3),
-        transforms=[Schema1Masking(window_turns=1)],
+        transforms=[Schema1Masking(window_turns=1, always=True)],
     )
     before = history()
     prepared = await ctl.prepare(before)

@@ -22,6 +22,7 @@ from ctxcompact import (
     to_anthropic,
 )
 from ctxcompact.exceptions import CompactionError, ConfigError, ContextBudgetError
+from ctxcompact.kit import DROP_NOTE_RE, STAND_IN_RANGE, pinned_indices
 from ctxcompact.strategies import DROP_MARKER, ContextGuard
 from tests.helpers.gen import (
     assistant,
@@ -79,14 +80,60 @@ def test_short_conversation_is_not_trimmed() -> None:
 def test_long_conversation_drops_the_oldest_and_fits() -> None:
     h = chat(20)
     budget = COUNT.count(h) // 3
-    out = guard(h, context_window=budget, reserve_tokens=0)
+    out = guard(h, context_window=budget, reserve_tokens=0, drop="oldest")
     assert out is not None
     assert COUNT.count(out) <= budget
     assert out[0] is h[0]  # the system prompt stays
-    assert out[1] is h[1]  # the first user message (the task as stated) is pinned
+    assert out[1] is h[1]  # so does the first user message, where the task was stated
     assert out[-1] is h[-1]  # the newest stays
+    assert out[2].role == "assistant"  # what follows it opens an exchange: roles alternate
     assert out[2:] == h[len(h) - len(out) + 2 :]  # then a suffix of the conversation
     assert check_history(out) == []
+
+
+def test_the_first_user_message_is_kept_when_later_user_messages_come() -> None:
+    # mini-swe-agent's shape: the task, then format reminders as user messages; the old
+    # guard kept only the newest user message and dropped the task statement.
+    h = [system("S"), user("fix parse_config in src/app.py " + "detail " * 200)]
+    for k in range(20):
+        h += [assistant(f"step {k}", call(f"c{k}", "cat")), tool(f"c{k}", f"{k} " * 300)]
+        if k % 5 == 4:
+            h += [assistant("two actions"), user("Please give EXACTLY ONE action.")]
+    for drop in ("oldest", "relevance"):
+        out = guard(h, context_window=COUNT.count(h) // 4, reserve_tokens=0, drop=drop)
+        assert out is not None
+        assert COUNT.count(out) <= COUNT.count(h) // 4
+        assert out[:2] == h[:2]
+        assert out[-2:] == h[-2:]
+        assert [m for m in out if m.role == "user"][-1].text.startswith("Please give")
+        _, anthropic = to_anthropic(out)
+        assert same_role_pairs(anthropic) == 0
+        assert check_history(out) == []
+
+
+def test_relevance_keeps_the_step_whose_names_nothing_else_shows() -> None:
+    # Nine steps that all show the same names, one older step that alone shows others: when
+    # some must go, relevance keeps the one whose names would otherwise leave the view.
+    h = [user("task")]
+    h += [assistant(None, call("u", "grep")), tool("u", "unique_helper in src/only_here.py")]
+    for k in range(9):
+        h += [assistant(None, call(f"c{k}", "cat")), tool(f"c{k}", "shared_name " * 40)]
+    budget = COUNT.count(h) - COUNT.count(h[3:7]) + 5  # two of the steps must go
+    oldest = guard(h, context_window=budget, reserve_tokens=0, drop="oldest")
+    relevant = guard(h, context_window=budget, reserve_tokens=0, drop="relevance")
+    assert oldest is not None
+    assert relevant is not None
+    assert h[2] not in oldest
+    assert h[2] in relevant  # kept, and the repeats of shared_name went instead
+    assert COUNT.count(relevant) <= budget
+    assert check_history(relevant) == []
+
+
+def test_an_unknown_drop_order_is_a_config_error() -> None:
+    with pytest.raises(ConfigError) as info:
+        ContextGuard(drop="newest")
+    assert info.value.key == "drop"
+    assert "'relevance', 'oldest'" in str(info.value)
 
 
 def test_budget_is_window_minus_reserve() -> None:
@@ -157,10 +204,10 @@ def test_a_task_alone_over_the_budget_is_cut_head_and_tail() -> None:
     h = [system("sys"), user("old"), assistant("reply"), user("x" * 5_000 + "y" * 5_000)]
     out = guard(h, context_window=50, reserve_tokens=0, truncate_first=False)
     assert out is not None
-    assert [m.role for m in out] == ["system", "user", "user"]
-    assert out[:2] == [h[0], h[1]]  # the first user message is pinned
+    assert [m.role for m in out] == ["system", "user", "assistant", "user"]
+    assert out[:3] == h[:3]  # the first user message fits, and the reply keeps turns apart
     assert COUNT.count(out) <= 50
-    text = out[2].text
+    text = out[3].text
     assert text.startswith("x")
     assert text.endswith("y")
     assert "characters truncated" in text
@@ -191,6 +238,14 @@ def test_the_newest_steps_results_are_cut_to_fit() -> None:
     assert out[4] is h[4]
     assert out[3].text.startswith("x")
     assert "characters truncated" in out[3].text
+    # With no room for the first user message whole, it stays all the same (pinned: issue
+    # 20), cut head + tail as the last resort, and nothing else before the task is kept.
+    tight = guard(h, context_window=150, reserve_tokens=0, truncate_first=False)
+    assert tight is not None
+    assert tight[0].text.startswith("old ")
+    assert "characters truncated" in tight[0].text
+    assert tight[1:3] == h[1:3]
+    assert COUNT.count(tight) <= 150
 
 
 def test_the_question_before_an_oversized_last_unit_is_never_dropped() -> None:
@@ -295,7 +350,7 @@ def test_kept_history_always_starts_with_a_user_message() -> None:
         assert COUNT.count(out) <= budget
         assert out[-1].role == "assistant"  # the newest step is never dropped
         task = h[last_user].text[:100]
-        assert h[last_user] in out or any(m.text.startswith(task) for m in out[1:]), budget
+        assert [m for m in out if m.role == "user"][-1].text.startswith(task)
 
 
 def test_history_without_a_user_message_keeps_its_newest_step() -> None:
@@ -329,10 +384,14 @@ def test_truncation_and_dropping_combine() -> None:
     assert all(len(m.text) <= 50_000 for m in out)
 
 
-def test_truncate_first_false_only_drops() -> None:
+def test_truncate_first_false_leaves_the_cut_to_the_fitting() -> None:
     h = [user("q"), assistant(None, call("a")), tool("a", "L" * 120_000), user("next")]
-    out = guard(h, context_window=1_000, reserve_tokens=0, truncate_first=False)
-    assert out == [h[0], h[3]]  # the first user message is pinned
+    out = guard(h, context_window=2_000, reserve_tokens=0, truncate_first=False)
+    assert out is not None
+    assert [out[0], out[1], out[3]] == [h[0], h[1], h[3]]
+    # Cut to what fits, not to truncate_first's 4,000 characters.
+    assert 4_000 < len(out[2].text) < 120_000
+    assert COUNT.count(out) <= 2_000
 
 
 def test_drops_and_cuts_are_logged_at_warning(caplog: pytest.LogCaptureFixture) -> None:
@@ -465,7 +524,13 @@ def test_property_fits_or_says_what_does_not(
         assert kept_users[-1] is task or (
             kept_users[-1].model_extra == task.model_extra and kept_users[-1] is not task
         )
-        if len(rest) < sum(1 for m in history if m.role not in pinned):  # something dropped
+        # When something was dropped the kept history opens with a user message, if the
+        # input's own opening was one: the guard drops what precedes the first user message
+        # (test_what_precedes_the_first_user_message_goes), but an exchange that opens with an
+        # assistant turn and holds that user message with a result after it stays whole.
+        opened = next(m for m in history if m.role not in pinned).role
+        dropped = len(rest) < sum(1 for m in history if m.role not in pinned)
+        if dropped and opened == "user":
             assert rest[0].role == "user"
     # The newest message stays (its tool result may be a cut copy).
     newest = [m for m in history if m.role not in pinned][-1]
@@ -613,8 +678,8 @@ def test_fill_keeps_older_steps_only_up_to_its_share_of_the_budget() -> None:
     for k in range(40):
         h += [assistant(None, call(f"c{k}")), tool(f"c{k}", "r" * 300)]
     budget = COUNT.count(h) // 2
-    full = guard(h, context_window=budget, reserve_tokens=0)
-    part = guard(h, context_window=budget, reserve_tokens=0, fill=0.5)
+    full = guard(h, context_window=budget, reserve_tokens=0, drop="oldest")
+    part = guard(h, context_window=budget, reserve_tokens=0, fill=0.5, drop="oldest")
     assert full is not None
     assert part is not None
     assert COUNT.count(part) <= budget // 2 < COUNT.count(full) <= budget
@@ -653,7 +718,7 @@ def test_steps_are_dropped_in_batches_so_the_prefix_holds_for_several_requests()
     firsts = []
     for end in range(44, len(history) + 1, 2):  # one more step per request
         request = history[:end]
-        out = guard(request, context_window=budget, reserve_tokens=0, drop_batch=4)
+        out = guard(request, context_window=budget, reserve_tokens=0, drop_batch=4, drop="oldest")
         assert out is not None
         assert COUNT.count(out) <= budget
         dropped = (len(request) - len(out)) // 2
@@ -670,3 +735,71 @@ def test_a_drop_batch_below_one_is_a_config_error() -> None:
     with pytest.raises(ConfigError) as info:
         ContextGuard(drop_batch=0)
     assert info.value.key == "drop_batch"
+
+
+def test_per_request_it_drops_oldest_in_batches_of_8_triggered_by_relevance_one_at_a_time() -> None:
+    # Per request the guard rebuilds each request from the whole history: only a fixed order
+    # and batches keep the cached prefix in place (drop_batch=1 cost more than no compaction).
+    per_request, triggered = ContextGuard(context_window=16_000), ContextGuard()
+    assert (per_request.drop_order(), per_request.batch_size()) == ("oldest", 8)
+    assert (triggered.drop_order(), triggered.batch_size()) == ("relevance", 1)
+    chosen = ContextGuard(context_window=16_000, drop="relevance", drop_batch=2)
+    assert (chosen.drop_order(), chosen.batch_size()) == ("relevance", 2)
+
+
+def test_what_precedes_the_first_user_message_goes() -> None:
+    # An orphan result or an assistant turn before the first user message: when the guard
+    # trims, the kept history still opens with a user message.
+    def trimmed(history: list[Message]) -> list[str]:
+        out = ContextGuard(context_window=COUNT.count(history) - 1, reserve_tokens=0).guard(
+            history, budget=COUNT.count(history) - 1, token_counter=COUNT
+        )
+        assert out is not None
+        return [m.role for m in out]
+
+    orphan = [tool("orphan", "x"), user("task"), *chat(6)[1:]]
+    assert trimmed(orphan)[0] == "user"
+    opening = [assistant(None, call("c0", "ls")), tool("c0", "x"), user("task"), *chat(6)[1:]]
+    assert trimmed(opening)[0] == "user"
+
+
+# -- the merge of issue 20 (pins, recall notes) with issue 21 (dropping by relevance) -----------
+
+
+def test_dropping_by_relevance_never_drops_a_pinned_message() -> None:
+    h = chat(20)
+    pinned_at = next(i for i, m in enumerate(h) if m.text.startswith("question 5 "))
+    pins = pinned_indices(h, lambda m: m.text.startswith("question 5 "))
+    assert pinned_at in pins
+    budget = COUNT.count(h) // 3
+    guard = ContextGuard(drop="relevance")
+    out = guard.guard(h, budget=budget, token_counter=COUNT, pinned=pins)
+    assert out is not None
+    assert COUNT.count(out) <= budget
+    assert any(m is h[pinned_at] for m in out)  # its exchange went, the pin stayed
+    assert not any(m is h[pinned_at + 1] for m in out)
+    assert check_history(out) == []
+    # Without the pin, the same message goes with its exchange.
+    unpinned = guard.guard(h, budget=budget, token_counter=COUNT, pinned=pinned_indices(h))
+    assert unpinned is not None
+    assert not any(m is h[pinned_at] for m in unpinned)
+
+
+def test_the_recall_note_counts_every_message_dropped_by_relevance() -> None:
+    # Relevance keeps exchanges with gaps between them: the note's count and its results
+    # still cover every dropped message, and the note is costed within the budget.
+    h = chat(20)
+    budget = COUNT.count(h) // 3
+    out = ContextGuard(drop="relevance").guard(h, budget=budget, token_counter=COUNT, recall=True)
+    assert out is not None
+    assert COUNT.count(out) <= budget
+    kept = {id(m) for m in out}
+    task = max(i for i, m in enumerate(h) if m.role == "user")
+    gone = [i for i, m in enumerate(h) if id(m) not in kept and i != task]
+    note = [m for m in out if m.role == "user"][-1].text
+    match = DROP_NOTE_RE.search(note)
+    assert match is not None, note
+    assert int(match.group(1)) == len(gone)
+    assert STAND_IN_RANGE in note
+    dropped_results = [h[i].tool_call_id for i in gone if h[i].role == "tool"]
+    assert dropped_results[-1] in note  # the newest dropped result is named by its handle

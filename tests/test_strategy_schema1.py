@@ -46,6 +46,12 @@ def turns(n: int, *, names: tuple[str, ...] = ("ls",), prefix: str = "c") -> lis
     return out
 
 
+def seed_masking(**params: Any) -> Schema1Masking:
+    """Schema 1 as seed 001 specifies it: every request masked, the boundary moving every turn
+    (the strategy's defaults mask only a history over the window, in batches of its window)."""
+    return Schema1Masking(**{"always": True, "batch_turns": 0, **params})
+
+
 def masked(before: list[Message], after: list[Message] | None) -> list[int]:
     return [] if after is None else assert_content_only(before, after)
 
@@ -53,7 +59,7 @@ def masked(before: list[Message], after: list[Message] | None) -> list[int]:
 def mask_both(history: list[Message], **params: Any) -> list[int]:
     """Mask with the strategy and with the seed's dict function; both must agree."""
     snap = dump(history)
-    strategy_out = run(Schema1Masking(**params), history)
+    strategy_out = run(seed_masking(**params), history)
     assert_safe(history, snap, strategy_out)
     by_class = masked(history, strategy_out)
 
@@ -118,13 +124,13 @@ def test_window_is_counted_in_tool_turns_not_messages() -> None:
 
 def test_window_larger_than_the_number_of_turns_masks_nothing() -> None:
     h = turns(3)
-    assert run(Schema1Masking(window_turns=20), h) is None
+    assert run(seed_masking(window_turns=20), h) is None
     assert mask_both(h, window_turns=20) == []
 
 
 def test_placeholder_fields_are_filled() -> None:
     h = turns(2)
-    out = run(Schema1Masking(window_turns=1), h)
+    out = run(seed_masking(window_turns=1), h)
     original = h[2].content
     assert isinstance(original, str)
     assert out[2].content == (
@@ -142,7 +148,7 @@ def test_default_template_is_english_and_the_seed_function_keeps_the_french_text
     raw = to_openai(h)
     out = mask_old_tool_results(raw, MaskPolicy(enabled=True, window_turns=1))
     assert str(out[2]["content"]).startswith("[Observation masquée: résultat d’outil ancien")
-    preset = run(Schema1Masking(window_turns=1, placeholder_template=SCHEMA1_SEED_PLACEHOLDER), h)
+    preset = run(seed_masking(window_turns=1, placeholder_template=SCHEMA1_SEED_PLACEHOLDER), h)
     assert preset[2].content == out[2]["content"]
 
 
@@ -158,7 +164,7 @@ def test_unresolvable_tool_name_is_unknown() -> None:
 
 def test_custom_template() -> None:
     h = turns(2)
-    out = run(Schema1Masking(window_turns=1, placeholder_template="[masked {tool_name}]"), h)
+    out = run(seed_masking(window_turns=1, placeholder_template="[masked {tool_name}]"), h)
     assert out[2].content == "[masked ls]"
 
 
@@ -266,12 +272,12 @@ def test_disabled_is_identity() -> None:
     assert mask_old_tool_results(raw, MaskPolicy(enabled=False)) is raw
     assert mask_old_tool_results(raw, MaskPolicy()) is raw  # the seed's default is off
     assert mask_old_tool_results(raw, MaskPolicy(enabled=True, window_turns=0)) is raw
-    assert run(Schema1Masking(window_turns=0), turns(12)) is None
+    assert run(seed_masking(window_turns=0), turns(12)) is None
 
 
 def test_the_strategy_has_no_switch_of_its_own() -> None:
     """Choosing the strategy (or ``[observation_masking.schema1] enabled``) turns it on."""
-    assert run(Schema1Masking(), turns(12)) is not None
+    assert run(seed_masking(), turns(12)) is not None
     with pytest.raises(TypeError):
         Schema1Masking(enabled=False)  # type: ignore[call-arg]
     with pytest.raises(ConfigError, match="leave Schema1Masking out") as caught:
@@ -298,9 +304,9 @@ def test_from_policy_round_trips() -> None:
 
 def test_second_run_on_its_own_output_is_a_no_op() -> None:
     h = [system("be brief"), *turns(12, names=("ls", "cat"))]
-    out = run(Schema1Masking(window_turns=2), h)
+    out = run(seed_masking(window_turns=2), h)
     assert out is not None
-    assert run(Schema1Masking(window_turns=2), out) is None
+    assert run(seed_masking(window_turns=2), out) is None
     raw = mask_old_tool_results(to_openai(h), MaskPolicy(enabled=True, window_turns=2))
     again = mask_old_tool_results(raw, MaskPolicy(enabled=True, window_turns=2))
     assert again == raw
@@ -324,12 +330,35 @@ def test_batched_masking_is_stable_as_the_history_grows() -> None:
     jumps = 0
     for n in range(3, 30):
         h = turns(n)
-        out = run(Schema1Masking(window_turns=2, batch_turns=5), h) or h
+        out = run(seed_masking(window_turns=2, batch_turns=5), h) or h
         prefix = [m.content for m in out[: len(prev) - 1]] if prev else []
         if prev is not None and prefix != [m.content for m in prev[:-1]]:
             jumps += 1
         prev = out
     assert 4 <= jumps <= 6  # about 27 / 5, never once per turn
+
+
+def test_by_default_only_a_history_over_the_window_is_masked() -> None:
+    # Masking what fits is optional, and a per-request transform cannot tell whether the
+    # cache it breaks would be paid back: the default leaves such a request alone.
+    h = turns(12)
+    tokens = HeuristicTokenCounter().count(h)
+    assert (
+        run(Schema1Masking(window_turns=2), h, max_context_size=tokens + 101, reserved=100) is None
+    )
+    assert run(Schema1Masking(window_turns=2), h, max_context_size=tokens + 100, reserved=100)
+    both = run(Schema1Masking(window_turns=2, always=True), h, max_context_size=tokens + 101)
+    assert both is not None
+
+
+def test_by_default_the_boundary_moves_by_a_whole_window() -> None:
+    strategy = Schema1Masking(window_turns=3, always=True)
+    assert strategy.policy.batch_turns == 3
+    assert repr(strategy) == "Schema1Masking(window_turns=3, always=True)"
+    for n in range(1, 15):
+        h = turns(n)
+        maskable = max(0, n - 3)
+        assert len(masked(h, run(strategy, h))) == maskable - maskable % 3
 
 
 def test_clear_at_least_waits_for_enough_tokens_freed() -> None:
@@ -386,7 +415,7 @@ def test_template_with_format_specs_is_recognised_on_a_second_run() -> None:
     template = "[masked {tool_name} #{tool_call_id!r}: {original_chars:,} chars]"
     h = turns(4)
     h[2] = tool("c0_0", "x" * 5_000)
-    strategy = Schema1Masking(window_turns=1, placeholder_template=template)
+    strategy = seed_masking(window_turns=1, placeholder_template=template)
     out = run(strategy, h)
     assert out[2].content == "[masked ls #'c0_0': 5,000 chars]"
     assert run(strategy, out) is None
@@ -432,7 +461,7 @@ def test_result_costing_no_more_than_its_placeholder_is_kept() -> None:
 def test_masking_never_makes_a_trace_result_bigger_under_the_counter(
     counter: TokenCounter,
 ) -> None:
-    strategy = Schema1Masking(window_turns=1)
+    strategy = seed_masking(window_turns=1)
     masked_count = 0
     for name in trace_names():
         history = from_openai(load_trace(name))

@@ -30,9 +30,10 @@ from tests.helpers.traces import load_trace, trace_names
 STRATEGIES: dict[str, Callable[[], CompactionStrategy]] = {
     "hiding": ToolResultHiding,
     "hiding-batch10": lambda: ToolResultHiding(batch_turns=10),
-    "schema1": Schema1Masking,
-    "schema1-keep2": lambda: Schema1Masking(keep_last_k_per_tool=2),
-    "schema1-clear20k": lambda: Schema1Masking(clear_at_least=20_000),
+    # always: mask each whole trace, which may fit the test context's window.
+    "schema1": lambda: Schema1Masking(always=True),
+    "schema1-keep2": lambda: Schema1Masking(keep_last_k_per_tool=2, always=True),
+    "schema1-clear20k": lambda: Schema1Masking(clear_at_least=20_000, always=True),
     "truncation-8k": lambda: ToolResultTruncation(max_chars=8_000),
     "guard-32k": lambda: ContextGuard(context_window=32_000),
     "pipeline": lambda: Pipeline(ToolResultTruncation(max_chars=8_000), ToolResultHiding()),

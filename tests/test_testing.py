@@ -356,8 +356,12 @@ def test_output_checks_alone() -> None:
 BUILT_INS: dict[str, tuple[Callable[[], CompactionStrategy], dict[str, Any]]] = {
     "hiding": (ToolResultHiding, {}),
     "hiding-batched": (lambda: ToolResultHiding(batch_turns=4, clear_at_least=5_000), {}),
-    "schema1": (Schema1Masking, {}),
-    "schema1-keep2": (lambda: Schema1Masking(keep_last_k_per_tool=2, batch_turns=3), {}),
+    # always: mask each whole trace, which may fit the test context's window.
+    "schema1": (lambda: Schema1Masking(always=True), {}),
+    "schema1-keep2": (
+        lambda: Schema1Masking(keep_last_k_per_tool=2, batch_turns=3, always=True),
+        {},
+    ),
     "truncation": (lambda: ToolResultTruncation(max_chars=6_000), {}),
     "guard": (lambda: ContextGuard(context_window=16_000), {}),
     "pipeline": (lambda: Pipeline(ToolResultTruncation(max_chars=6_000), ToolResultHiding()), {}),

@@ -225,7 +225,11 @@ async def test_failures_in_one_state_do_not_open_another_states_circuit() -> Non
 
 async def test_message_count_trigger_fires_above_max_messages() -> None:
     controller = CompactionController(
-        keep_last(2), max_context_size=1_000_000, reserved_context_size=100, max_messages=5
+        keep_last(2),
+        max_context_size=1_000_000,
+        reserved_context_size=100,
+        max_messages=5,
+        cache_pricing=None,  # keep the rewrite whatever it saves: this is about the trigger
     )
     short = [user("a")] * 5
     assert (await controller.compact(short)).event is None
@@ -277,6 +281,8 @@ preserve_recent_n = 3
 [observation_masking.schema1]
 enabled = true
 window_turns = 6
+batch_turns = 0
+always = true
 [proxy]
 openai_base_url = "{upstream}/v1"
 anthropic_base_url = "{upstream}"

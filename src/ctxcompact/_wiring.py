@@ -25,10 +25,12 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 from ._config.config import Config, load_config
+from ._config.tables import guard_window
 from ._contract.protocols import LLM, CompactionStrategy, Dependencies, needs_llm
 from ._controller.controller import CompactionController, use_config_builder
 from ._plugins.loader import load_strategy
 from ._tokens.counters import TokenCounter, counter_from_config
+from ._tokens.pricing import REWRITE_PRICING, Pricing
 from ._tokens.windows import context_window
 from .exceptions import ConfigError, LLMRequiredError, StoreError, UserError
 from .llm import CircuitBreakerLLM, FallbackLLM, build_llm
@@ -99,6 +101,7 @@ class Wiring:
         recall_placeholder: ``[store] recall_placeholder``, the recall placeholder template.
         owned_store: Whether ``store`` was built here (then its owner closes it).
         cache_ttl: ``[compaction] cache_ttl``.
+        cache_pricing: ``[compaction] cache_pricing``, resolved (``None``: weighing off).
         precompute_ratio: ``[compaction] precompute_ratio``.
         per_conversation: Each :meth:`controller` serves one conversation: a strategy object
             and transforms of its own and, with no store here (unless ``[store] enabled =
@@ -136,6 +139,7 @@ class Wiring:
     recall_placeholder: str = DEFAULT_RECALL_TEMPLATE
     owned_store: bool = False
     cache_ttl: float | None = None
+    cache_pricing: Pricing | None = REWRITE_PRICING
     precompute_ratio: float | None = None
     per_conversation: bool = False
     arrival_truncation: ToolResultTruncation | None = None
@@ -200,6 +204,7 @@ class Wiring:
                 self.recall_placeholder if self.recall and store is not None else None
             ),
             cache_ttl=self.cache_ttl,
+            cache_pricing=self.cache_pricing,
             precompute_ratio=self.precompute_ratio,
             pin_patterns=self.config.compaction.pin_patterns,
         )
@@ -297,6 +302,7 @@ def wire(
         recall_placeholder=config.store.recall_placeholder,
         owned_store=opened,
         cache_ttl=comp.cache_ttl,
+        cache_pricing=config.cache_prices(),
         precompute_ratio=comp.precompute_ratio,
         per_conversation=per_conversation,
         arrival_truncation=_arrival_truncation(config) if agent else None,
@@ -533,8 +539,10 @@ def build_transforms(config: Config, max_context_size: int) -> list[CompactionSt
 
     Schema 1 masking first, so a masked result's placeholder gives its original size; then
     truncation of what is still there in full; then the guard, which only drops what still
-    does not fit. The guard's window is explicit, so only its own ``reserve_tokens`` is kept
-    free (the controller's reserve is about when to compact, not what fits).
+    does not fit. The guard's window is ``max_context_size`` and, unless the table sets
+    ``reserve_tokens``, it keeps ``[compaction] reserved_context_size`` free: a request fits
+    when the controller's threshold would not fire for it, one meaning of "fits" for the
+    trigger, the guard and replay's calls over the window.
 
     Raises:
         ConfigError: A table's settings do not fit (named as ``table.key`` with the file).
@@ -543,7 +551,7 @@ def build_transforms(config: Config, max_context_size: int) -> list[CompactionSt
     for key, table in _transform_tables(config):
         if not table.enabled:
             continue
-        fixed = {"context_window": max_context_size} if "context_window" in table.fixed else {}
+        fixed = guard_window(table, max_context_size, config.compaction.reserved_context_size)
         try:
             transforms.append(table.build(**fixed))
         except ConfigError as exc:

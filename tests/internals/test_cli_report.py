@@ -207,11 +207,13 @@ def test_advice_names_a_setting_of_that_strategy(label: str, expected: str) -> N
 def test_a_real_trace_over_the_window_gets_the_window_verdict_and_advice_that_holds(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    # Schema 1 with its defaults costs more than no compaction on this mini-swe-agent trace,
-    # but no compaction could not have run (12 of 20 calls over the window): the window
-    # decides, not a LOSS against a run that would have failed.
+    # Schema 1 moving its boundary at every turn (its default before issue 21) costs more
+    # than no compaction on this mini-swe-agent trace, but no compaction could not have run
+    # (12 of 20 calls over the window): the window decides, not a LOSS against a run that
+    # would have failed.
     trace = TRACES_DIR / "msa-gemini3pro__astropy__astropy-12907.json"
-    assert main(["replay", str(trace), "--strategy", "schema1-masking", "--no-progress"]) == 0
+    every_turn = ["--strategy", "schema1-masking", "--param", "batch_turns=0"]
+    assert main(["replay", str(trace), *every_turn, "--no-progress"]) == 0
     text = capsys.readouterr().out
     assert "no compaction could not have run: 12 of 20 calls are over the window" in text
     # 7 (8 before recall was on by default: the replay's default store puts the recall

@@ -29,6 +29,7 @@ from .._defaults import (
     TRIGGER_RATIO_RANGE,
 )
 from .._plugins.loader import params_problem, spec_problem
+from .._tokens.pricing import PRICING, REWRITE_PRICING, Pricing, provider
 from .._tokens.windows import context_window
 from ..exceptions import ConfigError
 from ..kit import PinRules
@@ -37,7 +38,7 @@ from ..strategies._schema1 import Schema1Masking
 from ..strategies._truncation import ToolResultTruncation
 from .errors import config_error, field_error
 from .store import StoreConfig
-from .tables import TransformTable, transform_table
+from .tables import TransformTable, guard_window, transform_table
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -179,6 +180,7 @@ class CompactionConfig(_Table):
     min_progress: float = Field(default=DEFAULT_MIN_PROGRESS, ge=0.0, lt=1.0)
     max_failures: int = Field(default=DEFAULT_MAX_FAILURES, ge=1)
     cache_ttl: float | None = Field(default=None, gt=0)
+    cache_pricing: str | None = Field(default=None, min_length=1)
     precompute_ratio: float = Field(default=DEFAULT_PRECOMPUTE_RATIO, ge=0.0, lt=1.0)
     """Fraction of the trigger at which a summarizing strategy starts its summary in the
     background, to swap it in when the trigger fires (``0``: only at the trigger)."""
@@ -380,6 +382,26 @@ class Config(_Table):
                 raise ValueError(f"{name!r}: a context window must be a positive integer (tokens)")
         return value
 
+    @model_validator(mode="after")
+    def _cache_pricing_exists(self) -> Config:
+        name = self.compaction.cache_pricing
+        if name is None or name == "off" or name in PRICING or name in self.pricing:
+            return self
+        choices = ", ".join(sorted({"off", *PRICING, *self.pricing}))
+        message = f"no price table {name!r}; choose one of {choices} (or a [pricing.NAME] table)"
+        raise field_error(type(self), ("compaction", "cache_pricing"), message, name)
+
+    def cache_prices(self) -> Pricing | None:
+        """The prices the controller weighs a rewrite at (``[compaction] cache_pricing``):
+        ``None`` for ``"off"``, the default table when unset."""
+        name = self.compaction.cache_pricing
+        if name == "off":
+            return None
+        if name is None:
+            return REWRITE_PRICING
+        extra = {key: Pricing(key, **table.model_dump()) for key, table in self.pricing.items()}
+        return provider(name, extra=extra)
+
     def model_window(self, model: object) -> int | None:
         """The window of ``model`` from ``[models]``, else the built-in table, else ``None``."""
         if not isinstance(model, str) or not model:
@@ -394,14 +416,14 @@ class Config(_Table):
         # constructor. Errors name the table's key. The guard's budget depends on the
         # window, so it is only checked when the guard is on.
         window = self.compaction.max_context_size
-        tables: list[tuple[tuple[str, ...], TransformTable, dict[str, Any]]] = [
-            (("observation_masking", "schema1"), self.observation_masking.schema1, {}),
-            (("tool_result_truncation",), self.tool_result_truncation, {}),
-            (("context_guard",), self.context_guard, {"context_window": window}),
+        reserved = self.compaction.reserved_context_size
+        tables: list[tuple[tuple[str, ...], TransformTable]] = [
+            (("observation_masking", "schema1"), self.observation_masking.schema1),
+            (("tool_result_truncation",), self.tool_result_truncation),
+            (("context_guard",), self.context_guard),
         ]
-        for where, table, fixed in tables:
-            if not table.enabled and "context_window" in fixed:
-                fixed = {"context_window": None}
+        for where, table in tables:
+            fixed = guard_window(table, window if table.enabled else None, reserved)
             try:
                 table.check(**fixed)
             except ConfigError as exc:

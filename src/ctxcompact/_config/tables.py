@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, create_model
 from .._plugins.injection import inspect_class
 from ..exceptions import ConfigError
 
-__all__ = ["TransformTable", "transform_table"]
+__all__ = ["TransformTable", "guard_window", "transform_table"]
 
 
 class TransformTable(BaseModel):
@@ -42,12 +42,16 @@ class TransformTable(BaseModel):
         return self.model_dump(exclude={"enabled"})
 
     def build(self, **fixed: Any) -> Any:
-        """The configured strategy; ``fixed`` gives the parameters the table does not hold.
+        """The configured strategy; ``fixed`` gives the parameters the table does not hold,
+        or holds unset (``None``).
 
         Raises:
             ConfigError: The constructor refused a value (``key`` is the table's key).
         """
-        return self.strategy_class(**self.params(), **fixed)
+        params = self.params()
+        for key in [k for k in fixed if k in params and params[k] is not None]:
+            del fixed[key]  # the table's own value wins
+        return self.strategy_class(**{**params, **fixed})
 
     def check(self, **fixed: Any) -> None:
         """Build the strategy once to run the constructor's checks (config load time)."""
@@ -57,6 +61,17 @@ class TransformTable(BaseModel):
             raise
         except (TypeError, ValueError) as exc:  # pragma: no cover - a constructor bug
             raise ConfigError(f"{type(exc).__name__}: {exc}") from exc
+
+
+def guard_window(table: TransformTable, window: int | None, reserved: int) -> dict[str, Any]:
+    """What the wiring sets on a table's strategy: for ``[context_guard]``, the window, and
+    the controller's reserve as ``reserve_tokens`` unless the table sets its own (so the
+    guard's "fits" is the trigger's); nothing for the other tables."""
+    if "context_window" not in table.fixed:
+        return {}
+    if window is None:
+        return {"context_window": None}
+    return {"context_window": window, "reserve_tokens": reserved}
 
 
 def transform_table(

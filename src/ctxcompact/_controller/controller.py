@@ -52,6 +52,7 @@ from .events import (
     same_messages,
     strategy_name,
 )
+from .payback import REWRITE_PRICING, payback
 from .pins import restore_pins
 from .problems import Problem, describe_error
 from .state import ControllerState
@@ -65,6 +66,7 @@ if TYPE_CHECKING:
 
     from .._contract.protocols import LLM, SummaryAhead, ToolSpec, Usage
     from .._history.messages import Message
+    from .._tokens.pricing import Pricing
     from ..llm._breaker import OutageStatus
     from ..store._records import OriginalsStore
 
@@ -190,6 +192,15 @@ class CompactionController:
             The result is kept only if it saves at least ``min_progress`` of the tokens;
             otherwise it is a ``noop`` (not a failure). ``None``: off.
         clock: The time source for ``cache_ttl`` (seconds; a replay passes the recording's).
+        cache_pricing: The cache prices a rewrite the window does not need is weighed at:
+            one that does not bring the history under the threshold, or that a ratio or
+            ``max_messages`` trigger fired, is kept only if what it frees, over as many
+            calls as the conversation has made, pays for the cache writes it causes
+            (:mod:`ctxcompact._controller.payback`); otherwise it is a ``noop`` with a
+            ``no_payback`` problem. Default: reads at 0.1, writes at 1.25 (Anthropic's, the
+            dearest). ``None``: every valid rewrite is kept. Only a conversation state that
+            has seen a model call (:meth:`step`, :meth:`observe_usage`) weighs: a fresh
+            state per request, as the proxy's, cannot know what the provider cached.
         precompute_ratio: With a strategy that can summarize ahead of time
             (:class:`~ctxcompact.SummarizesAhead`: ``LLMSummary``, ``HidingThenSummary``, a
             ``Pipeline`` with one of them), start its summary in the background once the
@@ -239,6 +250,7 @@ class CompactionController:
         recall_placeholder: str | None = None,
         cache_ttl: float | None = None,
         clock: Callable[[], float] = time.monotonic,
+        cache_pricing: Pricing | None = REWRITE_PRICING,
         precompute_ratio: float | None = DEFAULT_PRECOMPUTE_RATIO,
         pin: Callable[[Message], bool] | None = None,
         pin_patterns: Sequence[str] = (),
@@ -282,6 +294,7 @@ class CompactionController:
         self.max_failures = max_failures
         self.cache_ttl = cache_ttl
         self.clock = clock
+        self.cache_pricing = cache_pricing
         self.precompute_ratio = precompute_ratio or None
         self.state = ControllerState()
         """The conversation state used when a call passes none."""
@@ -701,6 +714,22 @@ class CompactionController:
                 note = f"cold cache: would save {freed:.0%}, below min_progress"
                 cold = Problem.fixed("too_little_saved", note, source=name)
                 return self._unchanged(attempt, "noop", (cold,), duration, outage)
+        elif (
+            self.cache_pricing is not None
+            and st.last_call is not None
+            and not self._needed(attempt, output)
+        ):
+            # The window does not need this rewrite: keep it only if it pays back the
+            # prompt cache it breaks (_controller/payback.py). Only a state that has seen
+            # this conversation's previous call weighs: then the history is what that call
+            # sent, what the provider cached. A fresh state per request (the stateless
+            # proxy) cannot know what was sent before, and keeps every valid rewrite.
+            weighed = payback(history, output, self.token_counter, self.cache_pricing)
+            if not weighed.pays:
+                st.failures = 0
+                st.retry_at = int(estimate * (1 + self.min_progress))
+                loss = Problem.fixed("no_payback", str(weighed), source=name)
+                return self._unchanged(attempt, "noop", (loss,), duration, outage)
         result, pins = self._restore_pins(history, output, name)
         shaped = result  # before the store hook: its markers copy the messages they extend
         store_problem: Problem | None = None
@@ -749,6 +778,21 @@ class CompactionController:
         )
         self._emit(event, st)
         return CompactionResult(result, event, store_problem)
+
+    def _needed(self, attempt: _Attempt, output: Sequence[Message]) -> bool:
+        """Whether the window needs ``output``: forced (the provider refused the request),
+        or fired at the threshold and brings the history under it with room to grow (it
+        frees at least ``min_progress``). A rewrite that fits with less room keeps a call or
+        two inside the window for a whole re-billed prompt: it is weighed like an optional
+        one (:mod:`ctxcompact._controller.payback`)."""
+        if attempt.trigger == "forced":
+            return True
+        if attempt.trigger != "threshold":
+            return False
+        after = self.token_counter.count(output)
+        freed = 1 - after / attempt.estimate if attempt.estimate else 1.0
+        fits = after + attempt.reserved < self.max_context_size
+        return fits and freed >= self.min_progress
 
     def _not_smaller(
         self, attempt: _Attempt, note: str, duration: float, outage: OutageStatus | None

@@ -34,6 +34,7 @@ ProblemKind = Literal[
     "circuit_open",
     "waiting",
     "too_little_saved",
+    "no_payback",
     "not_smaller",
     "transform_raised",
     "transform_rejected",
@@ -58,6 +59,7 @@ _SHOWN: dict[ProblemKind, str] = {
     "circuit_open": "circuit open after {count} failures",
     "waiting": "the last run saved less than min_progress: waiting for the history to grow",
     "too_little_saved": "cold cache: the run would save less than min_progress",
+    "no_payback": "the rewrite would not pay back the prompt cache it breaks",
     "not_smaller": "the run would not shrink the context: waiting for the history to grow",
     "transform_raised": "transform {source} raised {exception_type}",
     "transform_rejected": "transform {source} output rejected",
@@ -118,7 +120,9 @@ class Problem:
         kind: What happened (:data:`ProblemKind`): ``strategy_raised``, ``output_rejected``,
             ``circuit_open`` (too many consecutive failures; ``count`` says how many),
             ``waiting`` (the last run saved less than ``min_progress``), ``too_little_saved``
-            (a cold-cache run kept for nothing), ``transform_raised``,
+            (a cold-cache run kept for nothing), ``no_payback`` (a rewrite the window did not
+            need, kept for nothing: it would not pay back the cache it breaks),
+            ``transform_raised``,
             ``transform_rejected``, ``store_failed`` (``count`` originals not kept, when
             known), ``store_evicted`` (the store's size bound evicted ``count`` entries: their
             recalls now say so), ``pin_restored`` (the strategy lost ``count`` pinned

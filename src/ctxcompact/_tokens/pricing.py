@@ -45,7 +45,15 @@ if TYPE_CHECKING:
     from .._history.messages import Message
     from .counters import TokenCounter
 
-__all__ = ["PRICING", "CacheMeter", "CallCost", "Pricing", "message_time", "provider"]
+__all__ = [
+    "PRICING",
+    "REWRITE_PRICING",
+    "CacheMeter",
+    "CallCost",
+    "Pricing",
+    "message_time",
+    "provider",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,6 +117,12 @@ PRICING: Mapping[str, Pricing] = {
     )
 }
 """The built-in price tables, by name (see the module docstring for their sources)."""
+
+
+REWRITE_PRICING = Pricing("rewrite", read=0.1, write=1.25)
+"""The prices the controller weighs an optional rewrite at unless ``[compaction]
+cache_pricing`` names others: the dearest common cache (Anthropic's write premium, reads at a
+tenth), so a rewrite that pays back here pays back at OpenAI's prices and the flat model's."""
 
 
 def provider(

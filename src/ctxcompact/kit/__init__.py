@@ -16,6 +16,7 @@ helper behaves the same in both. What it offers:
   :data:`UNKNOWN_TOOL_NAME`.
 - What a placeholder saves, in the context's tokens: :class:`PlaceholderCost`,
   :data:`MAX_CHARS_PER_TOKEN`, :data:`HEURISTIC_TOKENS_PER_EXTRA_BYTE`.
+- What names things in a text (identifiers, paths, numbers): :func:`distinctive_tokens`.
 - Markers that name what a removal took and the handle to recall it with (module
   :mod:`ctxcompact.kit._markers` documents the handle scheme): :func:`result_handle`,
   :func:`arguments_handle`, :func:`message_handle`, :func:`range_handle`,
@@ -100,6 +101,7 @@ from ._placeholders import (
     render_placeholder,
     validate_template,
 )
+from ._terms import distinctive_tokens
 
 __all__ = [
     "ARGUMENTS_PREFIX",
@@ -134,6 +136,7 @@ __all__ = [
     "check_int",
     "clear_error_cache",
     "cleared_marker",
+    "distinctive_tokens",
     "drop_note",
     "error_reason",
     "group_results",

@@ -215,7 +215,10 @@ class ContextRetry:
                 token_counter=self.counter,
                 max_output_tokens=max_output_tokens(body),
             )
-            output = await ContextGuard(context_window=budget, reserve_tokens=0).compact(ctx)
+            # One step at a time: the upstream refused the request, so keep all that fits
+            # (the per-request default, batches of 8, would cut deeper for the cache's sake).
+            guard = ContextGuard(context_window=budget, reserve_tokens=0, drop_batch=1)
+            output = await guard.compact(ctx)
             if output is None or check_history(output):
                 return None
             return encode(output), self.counter.count(output), len(output), count

@@ -10,6 +10,7 @@
 | ContextGuard | no | keeps system, task and the newest steps that fit; cuts the newest step |
 | ToolInputClearing | no | clears long string arguments of old tool calls |
 | Pipeline | - | runs strategies in order |
+| Tiered | optional | cheapest tier first until the history fits; the guard last |
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from ._hiding_then_summary import HidingThenSummary
 from ._pipeline import Pipeline
 from ._schema1 import MaskPolicy, Schema1Masking, mask_old_tool_results
 from ._summary import ALIGNED_SUMMARY_HEAD, SUMMARIZER_SYSTEM, SUMMARY_PREFIX, LLMSummary
+from ._tiered import Tiered
 from ._truncation import ToolResultTruncation
 
 __all__ = [
@@ -45,6 +47,7 @@ __all__ = [
     "MaskPolicy",
     "Pipeline",
     "Schema1Masking",
+    "Tiered",
     "ToolInputClearing",
     "ToolResultHiding",
     "ToolResultTruncation",

@@ -1,22 +1,29 @@
 """Fitting a history into a token budget: what :class:`ContextGuard` keeps, drops and cuts.
 
-The history is cut into units (see :func:`units`): pinned messages (system messages, the first
-user message, the user's pins: :func:`ctxcompact.kit.pinned_indices`) belong to none and always
-stay; the task (the last user message) is never dropped; steps after it (an assistant message
-with the tool messages right after it) are dropped oldest first, and turns before it whole.
-:class:`Fitter` keeps the newest of them that fit and, when even the newest step does not,
-cuts its tool results head + tail (and the task, when it alone is over the budget, and the
-other pinned user messages, when they alone are).
+The history is cut into *exchanges* (see :func:`units`): each opens on an assistant message
+and holds what answers it up to the next assistant message (its tool results, a user message
+after them), so dropping any set of them keeps user and assistant turns alternating. System
+messages belong to none and always stay. Kept, by priority: system messages, the task (the
+newest user message) with the exchange holding it, the newest exchange (its tool results cut
+when it alone does not fit), the *lead* (what comes before the first assistant message: the
+first user message, where agents state their task), then older exchanges while they fit,
+newest first or by relevance (:class:`Fitter`'s ``rank``). When even the lead cannot fit,
+everything before the task goes (the guarantee of seed 003: system + task + newest step), the
+pinned messages aside.
+
+Pinned messages (system messages, the first and the newest user message, the user's pins:
+:func:`ctxcompact.kit.pinned_indices`) are never dropped, like system messages inside an
+exchange; when nothing else can give the room, the pinned user messages are cut head + tail
+(the last resort).
 
 With recall on (the controller keeps what is removed), the note on the task is the recall
-form of :func:`ctxcompact.kit.drop_note` and every cut the recall form of the truncation
-marker, costed with stand-in handles of the real ones' length: the controller writes the real
-handles in afterwards.
+form of :func:`ctxcompact.kit.drop_note`, written whenever anything was dropped, and every cut
+the recall form of the truncation marker, costed with stand-in handles of the real ones'
+length: the controller writes the real handles in afterwards.
 """
 
 from __future__ import annotations
 
-import itertools
 import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -30,7 +37,16 @@ from ._cut import cut_message, shrink, water_fill
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
-__all__ = ["DROP_MARKER", "PINNED", "Fitter", "Plan", "log_truncated", "result_names", "units"]
+__all__ = [
+    "DROP_MARKER",
+    "PINNED",
+    "Fitter",
+    "Plan",
+    "guard_pins",
+    "log_truncated",
+    "result_names",
+    "units",
+]
 
 logger = logging.getLogger("ctxcompact.strategies.guard")
 
@@ -40,7 +56,7 @@ _STAND_IN_MESSAGE = "#" + "0" * 10
 
 
 def guard_pins(history: Sequence[Message], pinned: frozenset[int]) -> frozenset[int]:
-    """The pinned messages the guard keeps outside every unit: system messages, and pinned
+    """The pinned messages the guard keeps whatever it drops: system messages, and pinned
     messages that are neither tool results nor tool calls (those belong to their step)."""
     return frozenset(
         i
@@ -76,88 +92,155 @@ def log_truncated(index: int, tool: str, before: int, after: int) -> None:
 
 @dataclass(frozen=True, slots=True)
 class Plan:
-    """The history cut into droppable pieces, each a range of units (see :func:`units`).
+    """The history cut into droppable exchanges (see :func:`units`) and what is always kept.
 
     Attributes:
-        units: ``(start, end)`` message ranges; pinned messages belong to none.
-        unit_tokens: Tokens of each unit, its pinned messages not counted.
-        turns: Unit ranges before the task, oldest first, each dropped whole.
-        block: The unit range always kept: the task (with, in malformed input, what cannot
-            be separated from it); ``None`` without a user message.
-        steps: Unit indices after the task (all of them without a user message).
-        task: Index of the task message, or ``None``.
-        pinned: Indices of the messages kept whatever happens (the task aside).
+        units: ``(start, end)`` message ranges, oldest first; system messages inside a range
+            are never dropped.
+        unit_tokens: Tokens of each unit, its system messages not counted.
+        fixed: Indices of the messages always kept besides system messages: the task and
+            the exchange holding it, and (with the lead kept) the lead.
+        candidates: Units that may be dropped, oldest first.
+        newest: The newest unit, kept (its tool results may be cut); ``None`` when the task
+            holds the newest messages.
+        task: Index of the task (the newest user message), or ``None``.
+        after_task: How many of ``candidates`` (the newest ones) come after the task: the
+            steps the note on the task counts.
+        lead_kept: Whether the lead is in ``fixed`` (else everything before the task goes).
+        pinned: Indices of the pinned messages kept whatever is dropped (system messages
+            and :func:`guard_pins`), the task aside; their tokens are in no unit.
     """
 
     units: list[tuple[int, int]]
     unit_tokens: list[int]
-    turns: list[tuple[int, int]]
-    block: tuple[int, int] | None
-    steps: list[int]
+    fixed: frozenset[int]
+    candidates: list[int]
+    newest: int | None
     task: int | None
+    after_task: int
+    lead_kept: bool
     pinned: frozenset[int] = frozenset()
 
     @staticmethod
     def of(
         history: Sequence[Message],
         tokens: Sequence[int],
-        pinned: frozenset[int] | None = None,
+        *,
+        keep_lead: bool = True,
+        pinned: frozenset[int] = frozenset(),
     ) -> Plan:
-        """The plan of ``history``; ``pinned`` (default: the system messages) stay outside
-        every unit, the task aside."""
+        """The plan for ``history`` (``tokens`` per message); without ``keep_lead``, every
+        message before the task is droppable and dropped (the seed's minimum), ``pinned``
+        (see :func:`guard_pins`) aside."""
+        found = units(history)
+        start = found[0][0] if found else len(history)
+        opening = next((i for i, m in enumerate(history) if m.role == "user"), None)
+        if keep_lead and found and opening is not None and opening > start:
+            # The history opens with assistant turns before its first user message: they go
+            # whenever the guard trims, and the lead runs from that user message to the end of
+            # its exchange (unless a tool result there could answer one of them, or that
+            # exchange is the newest step, which is always kept).
+            k = next(k for k, (s, e) in enumerate(found) if s <= opening < e)
+            answers = any(history[i].role == "tool" for i in range(opening, found[k][1]))
+            if not answers and k < len(found) - 1:
+                start, found = found[k][1], found[k + 1 :]
         task = max((i for i, m in enumerate(history) if m.role == "user"), default=None)
-        keep = guard_pins(history, pinned or frozenset()) - {task}
-        found = units(history, keep)
+        keep = guard_pins(history, pinned) - {task}
         unit_tokens = [sum(tokens[k] for k in range(s, e) if k not in keep) for s, e in found]
+        # The lead is kept from its first user message on: what precedes it (an orphan tool
+        # result, an assistant turn) goes, so a trimmed history still opens with a user message.
+        lead_from = 0 if opening is None or opening >= start else opening
+        lead = {i for i in range(lead_from, start) if i not in keep}
+        task_unit = None
+        if task is not None and task >= start:
+            task_unit = next(k for k, (s, e) in enumerate(found) if s <= task < e)
+        newest = len(found) - 1 if found and task_unit != len(found) - 1 else None
+        first = 0  # the oldest unit that may be kept
+        if keep_lead or task is None:
+            fixed = lead
+            if task_unit is not None:
+                fixed.update(range(*found[task_unit]))
+        elif task_unit is None:  # the task is in the lead: what comes before it goes
+            fixed = {i for i in lead if i >= task}
+        else:
+            # Everything before the task goes; the rest of its exchange stays, or all of it
+            # when a result there may answer a call made before the task.
+            s, e = found[task_unit]
+            whole = any(history[i].role == "tool" for i in range(task, e))
+            fixed = set(range(s if whole else task, e))
+            first = task_unit + 1
+        candidates = [k for k in range(first, len(found)) if k not in (task_unit, newest)]
         if task is None:
-            return Plan(found, unit_tokens, [], None, list(range(len(found))), None, keep)
-        protected = next(k for k, (s, e) in enumerate(found) if s <= task < e)
-        starts = [k for k, (s, _) in enumerate(found) if history[s].role == "user"]
-        bounds = [0, *(k for k in starts if 0 < k <= protected)]
-        turns = list(itertools.pairwise(bounds))
-        steps = list(range(protected + 1, len(found)))
-        return Plan(found, unit_tokens, turns, (bounds[-1], protected + 1), steps, task, keep)
+            after = len(candidates)
+        else:
+            after = sum(1 for k in candidates if found[k][0] > task)
+        return Plan(
+            found,
+            unit_tokens,
+            frozenset(fixed),
+            candidates,
+            newest,
+            task,
+            after,
+            keep_lead or task is None,
+            keep,
+        )
 
-    def tokens_of(self, first: int, end: int) -> int:
-        return sum(self.unit_tokens[first:end])
+
+class _NoRoom(Exception):
+    """What must be kept does not fit; ``parts`` names each piece and its tokens."""
+
+    def __init__(self, parts: dict[str, int]) -> None:
+        super().__init__(parts)
+        self.parts = parts
 
 
 class Fitter:
     """One run of the dropping and cutting phase over ``work`` (its ``tokens`` counted).
 
     Args:
-        plan: ``Plan.of(work, tokens, pinned)``.
+        work: The history (truncated first when the guard does).
+        tokens: Tokens of each message of ``work``.
         budget: Tokens the output may use.
+        soft: Older exchanges are kept only up to this many tokens (default: the budget);
+            the task and the newest step may use all of the budget.
         count: The token counter's ``count_message``.
         drop_marker: Note on the task what was dropped.
-        fill: Older steps and turns are kept only up to this fraction of the budget; the
-            task and the newest step may use all of it.
-        batch: Steps after the task are dropped in multiples of this.
+        batch: Oldest-first only: exchanges are dropped in multiples of this.
+        rank: Orders the droppable exchanges, most wanted first, and keeps each that fits
+            (gaps allowed); ``None`` keeps the newest that fit, contiguous, and drops the
+            older ones.
+        pinned: The pinned indices (:func:`ctxcompact.kit.pinned_indices`): never dropped,
+            cut head + tail only when nothing else gives the room.
         recall: Write (and cost) the recall forms of the note and of the cut markers.
     """
 
     def __init__(
         self,
-        plan: Plan,
         work: list[Message],
         tokens: list[int],
         *,
         budget: int,
+        soft: int | None = None,
         count: Callable[[Message], int],
         drop_marker: bool,
-        fill: float = 1.0,
         batch: int = 1,
+        rank: Callable[[Plan, Sequence[Message]], Sequence[int]] | None = None,
+        pinned: frozenset[int] = frozenset(),
         recall: bool = False,
     ) -> None:
-        self.batch = batch
-        self.plan, self.work, self.tokens = plan, work, tokens
+        self.work, self.tokens = work, tokens
         self.budget, self.count = budget, count
-        self.soft = int(budget * fill)
+        self.soft = budget if soft is None else soft
+        self.batch = batch
+        self.rank = rank
+        self.drop_marker = drop_marker
         self.mark = drop_marker  # best effort: left out when it alone would not fit
+        self.pins = pinned
         self.recall = recall
-        self.pinned = sum(tokens[i] for i in plan.pinned)
-        block = plan.block
-        self.fixed = self.pinned + (plan.tokens_of(*block) if block else 0)
+        self.may_cut_pins = False  # only in the last plan tried (the last resort)
+        task = max((i for i, m in enumerate(work) if m.role == "user"), default=None)
+        self.pinned = sum(tokens[i] for i in guard_pins(work, pinned) - {task})
         self._names: dict[int, str] = result_names(work) if recall else {}
         self._reused: set[str] = set()
         if recall:
@@ -168,74 +251,118 @@ class Fitter:
                         message.tool_call_id
                     )
 
-    @property
-    def _start(self) -> int:
-        """The first unit of the task's turn: every unit before it is a turn to drop."""
-        return self.plan.block[0] if self.plan.block else 0
-
     def fit(self) -> list[Message]:
         """The new history: within the budget, or :class:`ContextBudgetError`."""
-        plan, budget, soft = self.plan, self.budget, self.soft
-        steps_tokens = sum(plan.unit_tokens[k] for k in plan.steps)
-        if self.fixed + steps_tokens <= soft:
-            # Every step fits: drop whole turns before the task, oldest first.
-            used = self.fixed + steps_tokens
-            first = self._start
-            for start, end in reversed(plan.turns):
-                if used + plan.tokens_of(start, end) > soft:
-                    break
-                used += plan.tokens_of(start, end)
-                first = start
-            if not (self.recall and self.mark):
-                return self._assemble(first, 0, {})
-            # The note naming the dropped turns must fit too: drop more turns for it.
-            kept = [t for t in plan.turns if t[0] >= first]
-            while first and kept and used + self._marker_cost(0, first) > soft:
-                start, end = kept.pop(0)
-                used -= plan.tokens_of(start, end)
-                first = end
-            if not first or used + self._marker_cost(0, first) <= budget:
-                return self._assemble(first, 0, {})
-        # Some step must go, so every turn before the task goes too (oldest first).
-        newest = plan.steps[-1] if plan.steps else None
-        older = plan.steps[:-1]
-        marker_cost = self._marker_cost(len(older)) if older or self._start else 0
-        used = self.fixed + marker_cost + (plan.unit_tokens[newest] if newest is not None else 0)
-        if used > budget:
-            return self._cut(newest, len(older), marker_cost)
-        used -= marker_cost
-        kept_steps = 0
-        for k in reversed(older):
-            if used + plan.unit_tokens[k] + marker_cost > soft:
+        plan = Plan.of(self.work, self.tokens, pinned=self.pins)
+        fallback = Plan.of(self.work, self.tokens, keep_lead=False, pinned=self.pins)
+        plans = [plan] if fallback.fixed == plan.fixed else [plan, fallback]
+        for n, tried in enumerate(plans):
+            self.mark = self.drop_marker
+            self.may_cut_pins = n == len(plans) - 1
+            try:
+                return self._fit(tried)
+            except _NoRoom as error:
+                parts = error.parts
+        raise ContextBudgetError(self.budget, parts) from None
+
+    def _fit(self, plan: Plan) -> list[Message]:
+        tokens = plan.unit_tokens
+        fixed = self.pinned + sum(self.tokens[i] for i in plan.fixed if i not in plan.pinned)
+        newest = tokens[plan.newest] if plan.newest is not None else 0
+        marker = self._note_for(plan, set(plan.candidates))
+        if fixed + newest + marker > self.budget:
+            return self._cut(plan, marker)
+        used = fixed + newest
+        if self.rank is None:
+            kept = self._newest_first(plan, used, marker)
+        else:
+            kept = self._ranked(plan, used, marker)
+        return self._assemble(plan, kept, {})
+
+    def _newest_first(self, plan: Plan, used: int, marker: int) -> set[int]:
+        """The newest candidates that fit ``soft``, contiguous; older ones dropped in batches."""
+        units, tokens, soft = plan.candidates, plan.unit_tokens, self.soft
+        after = len(units) - plan.after_task  # candidates[after:] come after the task
+        kept = 0
+        for pos in range(len(units) - 1, -1, -1):
+            # The note is needed once a step after the task goes; before it, all were kept.
+            # (With recall, the note is needed once anything goes.)
+            need = marker if pos >= after or self.recall else 0
+            if used + tokens[units[pos]] + need > soft:
                 break
-            used += plan.unit_tokens[k]
-            kept_steps += 1
-        # The note's count has fewer digits now than the bound it was costed with: make
-        # sure its exact cost fits all the same.
-        while kept_steps and used + self._marker_cost(len(older) - kept_steps) > soft:
-            used -= plan.unit_tokens[older[len(older) - kept_steps]]
-            kept_steps -= 1
-        dropped = len(older) - kept_steps
+            used += tokens[units[pos]]
+            kept += 1
+        dropped = len(units) - kept
+        while kept and used + self._exact_note(plan, dropped) > soft:
+            used -= tokens[units[dropped]]
+            kept -= 1
+            dropped += 1
         if self.batch > 1 and dropped % self.batch:
-            # Drop in whole batches: the first kept step, hence the prompt prefix up to it,
-            # stays the same while the history grows, instead of moving at every request.
-            more = min(len(older), dropped + self.batch - dropped % self.batch)
-            freed = sum(plan.unit_tokens[k] for k in older[dropped:more])
-            note = self._marker_cost(more) - self._marker_cost(dropped)
+            # Drop in whole batches: the first kept exchange, hence the prompt prefix up to
+            # it, stays the same while the history grows, instead of moving at every request.
+            more = min(len(units), dropped + self.batch - dropped % self.batch)
+            freed = sum(tokens[k] for k in units[dropped:more])
+            note = self._exact_note(plan, more) - self._exact_note(plan, dropped)
             if note <= freed:  # a longer count in the note never outweighs what it frees
                 dropped = more
-        return self._assemble(self._start, dropped, {})
+        return set(units[:dropped])
+
+    def _ranked(self, plan: Plan, used: int, marker: int) -> set[int]:
+        """Candidates in ``rank`` order, each kept when it fits ``soft`` (gaps allowed)."""
+        assert self.rank is not None
+        tokens, soft = plan.unit_tokens, self.soft
+        order = list(self.rank(plan, self.work))
+        kept: list[int] = []
+        for k in order:
+            if used + tokens[k] + marker <= soft:
+                used += tokens[k]
+                kept.append(k)
+        dropped = set(plan.candidates) - set(kept)
+        while kept and used + self._note_for(plan, dropped) > soft:
+            k = kept.pop()  # the least wanted of those kept
+            used -= tokens[k]
+            dropped.add(k)
+        return dropped
+
+    def _note_for(self, plan: Plan, dropped: set[int]) -> int:
+        """The note's cost when the ``dropped`` candidates go (0 when none is written)."""
+        task = plan.task
+        if task is None or not self.mark or not self._noted_needed(plan, dropped):
+            return 0
+        return self.count(self._noted(self.work[task], plan, dropped)) - self.tokens[task]
+
+    def _noted_needed(self, plan: Plan, dropped: set[int]) -> bool:
+        """Whether the note is written: steps after the task went, or, with recall, anything."""
+        if self.recall:
+            return bool(self._gone(plan, dropped))
+        return bool(self._after(plan, dropped))
+
+    @staticmethod
+    def _after(plan: Plan, dropped: set[int] | list[int]) -> int:
+        """How many of ``dropped`` come after the task."""
+        after = set(plan.candidates[len(plan.candidates) - plan.after_task :])
+        return sum(1 for k in dropped if k in after)
+
+    def _exact_note(self, plan: Plan, dropped: int) -> int:
+        """The note's cost when the ``dropped`` oldest candidates go."""
+        return self._note_for(plan, set(plan.candidates[:dropped]))
 
     # -- the note ------------------------------------------------------------------------------
 
-    def _gone(self, first_unit: int, dropped_steps: int) -> list[int]:
-        """The messages dropped with the units before ``first_unit`` and the oldest
-        ``dropped_steps`` steps, in order."""
-        plan, pinned = self.plan, self.plan.pinned
-        chosen = [*range(first_unit), *plan.steps[:dropped_steps]]
-        return sorted(
-            i for k in chosen for i in range(*plan.units[k]) if i not in pinned and i != plan.task
-        )
+    def _keep(self, plan: Plan, dropped: set[int]) -> list[bool]:
+        """Which messages stay when the ``dropped`` candidates go."""
+        keep = [i in plan.pinned or m.role in PINNED for i, m in enumerate(self.work)]
+        for i in plan.fixed:
+            keep[i] = True
+        for k in (*(k for k in plan.candidates if k not in dropped), plan.newest):
+            if k is not None:
+                for i in range(*plan.units[k]):
+                    keep[i] = True
+        return keep
+
+    def _gone(self, plan: Plan, dropped: set[int]) -> list[int]:
+        """The messages dropped when the ``dropped`` candidates go, in order."""
+        return [i for i, kept in enumerate(self._keep(plan, dropped)) if not kept]
 
     def _handle(self, i: int) -> str:
         """A stand-in for the recall handle of ``work[i]``, as long as the real one: the
@@ -245,11 +372,15 @@ class Fitter:
             return _STAND_IN_MESSAGE
         return f"{call_id}@00000000" if call_id in self._reused else call_id
 
-    def _noted(self, message: Message, first_unit: int, dropped_steps: int) -> Message:
+    def _cut_handle(self, i: int) -> str | None:
+        """The handle a cut of ``work[i]`` names (a stand-in), or ``None`` without recall."""
+        return self._handle(i) if self.recall else None
+
+    def _noted(self, message: Message, plan: Plan, dropped: set[int]) -> Message:
         """The task ``message`` with the note on what was dropped."""
         if not self.recall:
-            return _with_marker(message, dropped_steps)
-        gone = self._gone(first_unit, dropped_steps)
+            return _with_marker(message, self._after(plan, dropped))
+        gone = self._gone(plan, dropped)
         results = [
             (self._names.get(i) or "unknown", self._handle(i))
             for i in gone
@@ -261,35 +392,26 @@ class Fitter:
             lambda n: drop_note(n, range_handle=STAND_IN_RANGE, results=results),
         )
 
-    def _marker_cost(self, dropped: int, first_unit: int | None = None) -> int:
-        task = self.plan.task
-        if task is None or not self.mark:
-            return 0
-        first = self._start if first_unit is None else first_unit
-        if not dropped and not (self.recall and first):
-            return 0
-        message = self.work[task]
-        return self.count(self._noted(message, first, dropped)) - self.tokens[task]
-
     # -- assembling ----------------------------------------------------------------------------
 
     def _assemble(
-        self, first_unit: int, dropped_steps: int, replaced: dict[int, Message]
+        self, plan: Plan, dropped: set[int], replaced: dict[int, Message]
     ) -> list[Message]:
-        """Pinned messages, units from ``first_unit`` on minus the oldest ``dropped_steps``."""
-        plan, work = self.plan, self.work
-        gone = set(self._gone(first_unit, dropped_steps))
+        """Every message but those of the ``dropped`` units (and, without the lead, those
+        before the task), with ``replaced`` messages swapped in and the note on the task."""
+        work = self.work
+        keep = self._keep(plan, dropped)
+        noted = self.mark and self._noted_needed(plan, dropped)
         out: list[Message] = []
         n_dropped = dropped_tokens = 0
-        noted = self.mark and (dropped_steps or (self.recall and gone))
         for i, message in enumerate(work):
-            if i in gone:
+            if not keep[i]:
                 n_dropped += 1
                 dropped_tokens += self.tokens[i]
                 continue
             message = replaced.get(i, message)
             if i == plan.task and i not in replaced and noted:
-                message = self._noted(message, first_unit, dropped_steps)
+                message = self._noted(message, plan, dropped)
             out.append(message)
         if n_dropped:
             logger.warning(
@@ -301,45 +423,36 @@ class Fitter:
 
     # -- cutting the newest step (and the task when it alone is over the budget) ---------------
 
-    def _cut(self, newest: int | None, older: int, marker_cost: int) -> list[Message]:
-        plan, work, tokens, count, budget = (
-            self.plan,
-            self.work,
-            self.tokens,
-            self.count,
-            self.budget,
+    def _cut(self, plan: Plan, marker_cost: int) -> list[Message]:
+        """Drop every candidate and cut the kept tool results (the newest exchange's and the
+        task's) to fit; the task itself only when it alone is over the budget."""
+        work, tokens, count, budget = self.work, self.tokens, self.count, self.budget
+        kept = set(plan.fixed)
+        if plan.newest is not None:
+            kept.update(range(*plan.units[plan.newest]))
+        results = sorted(i for i in kept if work[i].role == "tool")
+        task = plan.task if plan.task in kept else None
+        others = sum(
+            tokens[i] for i in kept if i not in results and i != task and i not in plan.pinned
         )
-        results: list[int] = []
-        step_fixed = 0
-        if newest is not None:
-            start, end = plan.units[newest]
-            for i in range(start, end):
-                if i in plan.pinned:
-                    continue
-                if i > start and work[i].role == "tool":
-                    results.append(i)
-                else:
-                    step_fixed += tokens[i]
-        task = plan.task
         task_tokens = tokens[task] if task is not None else 0
-        room = budget - self.fixed + task_tokens - step_fixed - marker_cost  # task + results
+        room = budget - self.pinned - others - marker_cost  # for the task and the results
         minimum = {i: count(cut_message(work[i], 0, self._cut_handle(i))) for i in results}
         results_min = sum(minimum.values())
         results_full = sum(tokens[i] for i in results)
         replaced: dict[int, Message] = {}
-        dropped = older
-        first = self._start
+        every = set(plan.candidates)
         task_min = task_tokens
         if task is not None and task_tokens > budget:
             handle = self._cut_handle(task)
             task_min = count(cut_message(work[task], 0, handle))
             share = min(results_full, max(results_min, room // 2))
-            marked = self.mark and (dropped or (self.recall and first))
+            marked = self.mark and self._noted_needed(plan, every)
             cut_task = shrink(
                 work[task],
                 room - share + marker_cost,
                 count,
-                (lambda m: self._noted(m, first, dropped)) if marked else None,
+                (lambda m: self._noted(m, plan, every)) if marked else None,
                 handle,
             )
             if cut_task is not None:
@@ -351,11 +464,11 @@ class Fitter:
             room -= task_tokens
         if room < results_min and marker_cost:
             self.mark = False  # without the note it may fit: the guarantee does not count it
-            return self._cut(newest, older, 0)
+            return self._cut(plan, 0)
+        if room < results_min and self.may_cut_pins:
+            room += self._cut_pins(plan, results_min - room, replaced)
         if room < results_min:
-            room += self._cut_pins(results_min - room, replaced)
-        if room < results_min:
-            self._fail(newest, task_min, step_fixed, results_min, len(results))
+            self._fail(plan, kept, task, task_min, results, results_min)
         if task is not None and task in replaced:
             logger.warning(
                 "Context guard: cut the task message (%d → %d chars)",
@@ -369,19 +482,15 @@ class Fitter:
                 raise AssertionError("unreachable: a result cannot reach its own minimum")
             log_truncated(i, names.get(i, "unknown"), len(work[i].text), len(cut.text))
             replaced[i] = cut
-        return self._assemble(first, dropped, replaced)
+        return self._assemble(plan, every, replaced)
 
-    def _cut_handle(self, i: int) -> str | None:
-        """The handle a cut of ``work[i]`` names (a stand-in), or ``None`` without recall."""
-        return self._handle(i) if self.recall else None
-
-    def _cut_pins(self, deficit: int, replaced: dict[int, Message]) -> int:
+    def _cut_pins(self, plan: Plan, deficit: int, replaced: dict[int, Message]) -> int:
         """Cut pinned user messages head + tail (largest first) to free ``deficit`` tokens,
         when nothing else can give them; the tokens freed. A cut keeps the message (its
         head, its tail and, with recall, the handle of the whole)."""
-        plan, work, tokens, count = self.plan, self.work, self.tokens, self.count
+        work, tokens, count = self.work, self.tokens, self.count
         freed = 0
-        cuttable = [i for i in plan.pinned if work[i].role not in PINNED]
+        cuttable = [i for i in plan.pinned if work[i].role not in PINNED and i not in replaced]
         for i in sorted(cuttable, key=lambda k: -tokens[k]):
             if freed >= deficit:
                 break
@@ -404,24 +513,33 @@ class Fitter:
 
     def _fail(
         self,
-        newest: int | None,
+        plan: Plan,
+        kept: set[int],
+        task: int | None,
         task_tokens: int,
-        step_fixed: int,
+        results: list[int],
         results_min: int,
-        n_results: int,
     ) -> None:
-        plan = self.plan
         parts: dict[str, int] = {}
         if self.pinned:
             parts["system and pinned messages"] = self.pinned
-        if plan.task is not None:
-            block_rest = self.fixed - self.pinned - self.tokens[plan.task]
-            parts[f"task (message {plan.task})"] = task_tokens + block_rest
-        if newest is not None:
-            parts[f"newest assistant message (message {plan.units[newest][0]})"] = step_fixed
-        if n_results:
-            parts[f"its {n_results} tool result(s) cut to their markers"] = results_min
-        raise ContextBudgetError(self.budget, parts)
+        newest = set(range(*plan.units[plan.newest])) if plan.newest is not None else set()
+        lead = {i for i in plan.fixed if task is None or i < task} - newest - plan.pinned
+        if plan.lead_kept and lead:
+            parts[
+                f"first messages and the exchange before the task (messages {min(lead)}-"
+                f"{max(lead)})"
+            ] = sum(self.tokens[i] for i in lead if i not in results)
+        if task is not None:
+            rest = {i for i in plan.fixed if i > task} - set(results) - newest
+            parts[f"task (message {task})"] = task_tokens + sum(self.tokens[i] for i in rest)
+        if newest:
+            start = plan.units[plan.newest][0] if plan.newest is not None else 0
+            step = sum(self.tokens[i] for i in newest if i not in results)
+            parts[f"newest assistant message (message {start})"] = step
+        if results:
+            parts[f"its {len(results)} tool result(s) cut to their markers"] = results_min
+        raise _NoRoom(parts)
 
 
 # -- helpers -----------------------------------------------------------------------------------
@@ -455,33 +573,30 @@ def _with_note(message: Message, count: int, render: Callable[[int], str]) -> Me
     return message.model_copy(update={"content": tuple(parts)})
 
 
-def units(
-    history: Sequence[Message], pinned: frozenset[int] | None = None
-) -> list[tuple[int, int]]:
-    """``(start, end)`` of each droppable unit, oldest first (system messages, and the
-    ``pinned`` indices, are not units)."""
-    units: list[tuple[int, int]] = []
+def units(history: Sequence[Message]) -> list[tuple[int, int]]:
+    """``(start, end)`` of each droppable exchange, oldest first.
+
+    An exchange opens on an assistant message and runs to the next one: its tool results,
+    and user messages after them. Dropping any set of exchanges therefore never puts two
+    user turns or two assistant turns side by side that were not already. What comes before
+    the first assistant message (the lead) is in none; system messages inside a range are
+    never dropped. A tool result separated from its call's exchange by an assistant message
+    without calls (invalid input) joins everything back to the last exchange with calls, so
+    dropping never leaves a result without the call it may answer.
+    """
+    found: list[tuple[int, int]] = []
     last_call_unit = -1
-    n = len(history)
-    i = 0
-    while i < n:
-        message = history[i]
-        if message.role in PINNED or (pinned is not None and i in pinned):
-            i += 1
+    for i, message in enumerate(history):
+        if message.role == "assistant":
+            found.append((i, i + 1))
+            if message.tool_calls:
+                last_call_unit = len(found) - 1
             continue
-        end = i + 1
-        if message.role == "assistant" and message.tool_calls:
-            while end < n and history[end].role == "tool":
-                end += 1
-            last_call_unit = len(units)
-        elif message.role == "tool" and units:
-            # A result cut off from its call's run (an orphan, or a result separated from its
-            # call in invalid input) joins everything back to the last tool-call unit, so
-            # dropping never leaves a result without the call it may answer.
-            keep = last_call_unit if last_call_unit >= 0 else len(units) - 1
-            units[keep:] = [(units[keep][0], end)]
-            i = end
+        if not found:
+            continue  # the lead
+        start, _ = found[-1]
+        if message.role == "tool" and not history[start].tool_calls and last_call_unit >= 0:
+            found[last_call_unit:] = [(found[last_call_unit][0], i + 1)]
             continue
-        units.append((i, end))
-        i = end
-    return units
+        found[-1] = (start, i + 1)
+    return found

@@ -1,13 +1,14 @@
 """ContextGuard: make every request fit ``window - reserve`` (seed 003 L1-L3, seed 002 task 1).
 
-What is kept, by priority: pinned messages (system and developer messages, the first user
-message, the user's pins), the task (the last user message), the newest step (the newest
-assistant message and its tool results), then older steps and turns, newest first, as long as
-they fit. A step is an assistant message with the tool
-messages right after it, so no result is ever left without its call; before the task, whole
-turns are dropped (the cut falls on a user message), so the kept history opens with a user
-message. When the newest step alone does not fit, its results are cut head + tail (seed 003
-L1); the task is cut only when it alone is over the budget. What still cannot fit raises
+What is kept, by priority: pinned messages (system and developer messages, the first and the
+newest user message, the user's pins: never dropped), the task (the last user message) and the
+exchange holding it, the newest step (the newest assistant message and its tool results), then
+older exchanges while they fit, by relevance (those keeping the most names in view, per token)
+or newest first. An exchange is an assistant message with what answers it (see
+``_fit.units``), so no result is ever left without its call and turns still alternate. When
+the newest step alone does not fit, its results are cut head + tail (seed 003 L1); the task is
+cut only when it alone is over the budget, the pinned user messages only when nothing else
+gives the room. What still cannot fit raises
 :class:`~ctxcompact.exceptions.ContextBudgetError` naming the parts.
 """
 
@@ -18,7 +19,8 @@ from typing import TYPE_CHECKING
 
 from ..exceptions import ConfigError
 from ..kit import DROP_MARKER, check_int, options_repr, pinned_indices
-from ._fit import Fitter, Plan, log_truncated, result_names
+from ._fit import Fitter, log_truncated, result_names
+from ._relevance import Relevance
 from ._truncation import ToolResultTruncation
 
 if TYPE_CHECKING:
@@ -28,12 +30,25 @@ if TYPE_CHECKING:
     from .._history.messages import Message
     from .._tokens.counters import TokenCounter
 
-__all__ = ["DEFAULT_RESERVE_TOKENS", "DROP_MARKER", "TRIGGERED_FILL", "ContextGuard"]
+__all__ = [
+    "DEFAULT_RESERVE_TOKENS",
+    "DROP_MARKER",
+    "DROP_ORDERS",
+    "PER_REQUEST_DROP_BATCH",
+    "TRIGGERED_FILL",
+    "ContextGuard",
+]
 
 logger = logging.getLogger("ctxcompact.strategies.guard")
 
 DEFAULT_RESERVE_TOKENS = 8192
 """``reserve_tokens`` when a ``context_window`` is given and no reserve is (seed 003)."""
+
+DROP_ORDERS = ("relevance", "oldest")
+"""The values of ``drop``: which older steps go first when some must."""
+
+PER_REQUEST_DROP_BATCH = 8
+"""``drop_batch`` of a per-request guard (see the README's reasoning)."""
 
 TRIGGERED_FILL = 0.8
 """``fill`` of a triggered guard (no ``context_window``). Replayed over the 17 public traces at
@@ -47,11 +62,17 @@ class ContextGuard:
     Nothing happens (``None``) while the estimate (``ctx.token_counter``) fits. Otherwise,
     when ``truncate_first``, tool results over ``max_tool_result_chars`` are cut to head +
     tail first. If that is not enough, the guard keeps the pinned messages (system and
-    developer messages, the first user message, the user's pins: ``ctx.pin``; where they
-    are), the task (the last user message) and the newest step (the newest assistant message
-    with its tool results), then adds older steps and, before the task, whole turns, newest
-    first, while they fit; the rest is dropped. The kept history opens (after system
-    messages) with a user message, and parallel calls stay together.
+    developer messages, the first and the newest user message, the user's pins:
+    ``ctx.pin``; where they are), the task (the last user message) with the exchange holding
+    it, the newest step (the newest assistant message with its tool results) and the lead
+    (what precedes the first assistant message), then adds older exchanges while they fit,
+    in the ``drop`` order: by relevance (each adds the most names, identifiers, paths and
+    numbers, not otherwise in view per token; no model call) or newest first; the rest is
+    dropped. The kept history opens (after system messages) with a user message, user and
+    assistant turns alternate as they did, and parallel calls stay together. When the lead
+    cannot fit beside the rest, everything before the task is dropped but the pinned
+    messages (the guarantee below); pinned user messages are cut head + tail only when
+    nothing else gives the room.
 
     When steps after the task were dropped and ``drop_marker`` is true, a note
     (:data:`DROP_MARKER`) is appended to a copy of the task, so the model knows its earlier
@@ -97,11 +118,14 @@ class ContextGuard:
             every time), :data:`TRIGGERED_FILL` without (a triggered strategy: the room it
             frees lets several steps through before the next run, so it breaks the prompt
             cache less often).
-        drop_batch: Drop the steps after the task in multiples of this many (at most all
-            but the newest), so the first kept step, and the cached prompt prefix up to it,
-            stays the same for several requests instead of moving at each one. Replayed as
-            a per-request transform over the 17 public traces at a 16k window, batches of 8
-            bring the cache-adjusted cost from 68% to 39% of no compaction.
+        drop_batch: With ``drop="oldest"``: drop older exchanges in multiples of this many
+            (at most all of them), so the first kept one, and the cached prompt prefix up to
+            it, stays the same for several requests instead of moving at each one. Replayed
+            as a per-request transform over the 17 public traces at a 16k window, batches of
+            8 bring the cache-adjusted cost from 68% to 39% of no compaction.
+        drop: Which older exchanges go first when some must: ``"relevance"`` keeps those
+            that keep the most names in view per token (see the README for the measure),
+            ``"oldest"`` keeps the newest, contiguous.
 
     Raises:
         ConfigError: A negative count, or a budget (window minus reserve) that is not positive.
@@ -124,7 +148,8 @@ class ContextGuard:
         tail_chars: int = 2_000,
         drop_marker: bool = True,
         fill: float | None = None,
-        drop_batch: int = 1,
+        drop_batch: int | None = None,
+        drop: str | None = None,
     ) -> None:
         if context_window is not None:
             check_int("context_window", context_window, minimum=1)
@@ -139,13 +164,36 @@ class ContextGuard:
         ):
             raise ConfigError(f"must be in (0, 1], got {fill!r}", key="fill")
         self.fill = fill
-        self.drop_batch = check_int("drop_batch", drop_batch, minimum=1)
+        if drop_batch is not None:
+            check_int("drop_batch", drop_batch, minimum=1)
+        self.drop_batch = drop_batch
+        if drop is not None and drop not in DROP_ORDERS:
+            raise ConfigError(
+                f"must be one of {', '.join(map(repr, DROP_ORDERS))}, got {drop!r}", key="drop"
+            )
+        self.drop = drop
+        self._relevance = Relevance() if self.drop_order() == "relevance" else None
         self.truncation = ToolResultTruncation(
             max_chars=max_tool_result_chars, head_chars=head_chars, tail_chars=tail_chars
         )
         self.max_tool_result_chars = max_tool_result_chars
         if context_window is not None:
             self.budget(None)
+
+    def drop_order(self) -> str:
+        """``drop``, or its default for how the guard is used: ``"relevance"`` triggered,
+        ``"oldest"`` per request (a request is rebuilt from the whole history every time, and
+        only a fixed order keeps the first kept exchange, so the cached prefix, in place)."""
+        if self.drop is not None:
+            return self.drop
+        return "oldest" if self.context_window is not None else "relevance"
+
+    def batch_size(self) -> int:
+        """``drop_batch``, or its default: :data:`PER_REQUEST_DROP_BATCH` per request, 1
+        triggered (the triggered guard's ``fill`` already spaces its runs)."""
+        if self.drop_batch is not None:
+            return self.drop_batch
+        return PER_REQUEST_DROP_BATCH if self.context_window is not None else 1
 
     def fill_ratio(self) -> float:
         """``fill``, or its default for how the guard is used (see the class docstring)."""
@@ -219,34 +267,41 @@ class ContextGuard:
         *,
         budget: int,
         token_counter: TokenCounter,
+        target: int | None = None,
         pinned: frozenset[int] | None = None,
         recall: bool = False,
     ) -> list[Message] | None:
         """The synchronous core of :meth:`compact`, with the budget already computed.
 
-        ``pinned``: the indices to keep (default :func:`ctxcompact.kit.pinned_indices`);
-        ``recall``: write the recall forms of the note and the cut markers.
+        With ``target`` (below ``budget``), the history is trimmed as soon as it is over the
+        target, older steps kept up to the target (``fill`` is not used); the task and the
+        newest step may still use the whole budget. :class:`~ctxcompact.strategies.Tiered`
+        calls it so. ``pinned``: the indices never dropped (default
+        :func:`ctxcompact.kit.pinned_indices`); ``recall``: write the recall forms of the
+        note and the cut markers.
         """
         count = token_counter.count_message
         tokens = [count(m) for m in history]
         total = sum(tokens)
-        if total <= budget:
+        limit = budget if target is None else min(target, budget)
+        if total <= limit:
             return None
         work = list(history)
         if self.truncate_first:
             changed, total = self._truncate(work, tokens, total, count, recall)
-            if total <= budget:
+            if total <= limit:
                 return work if changed else None
-        plan = Plan.of(work, tokens, pinned_indices(history) if pinned is None else pinned)
+        relevance = self._relevance
         fitter = Fitter(
-            plan,
             work,
             tokens,
             budget=budget,
+            soft=int(budget * self.fill_ratio()) if target is None else limit,
             count=count,
             drop_marker=self.drop_marker,
-            fill=self.fill_ratio(),
-            batch=self.drop_batch,
+            batch=self.batch_size(),
+            rank=None if relevance is None else relevance.order,
+            pinned=pinned_indices(work) if pinned is None else pinned,
             recall=recall,
         )
         return fitter.fit()

@@ -138,18 +138,21 @@ class Pipeline:
         return history if changed else None
 
 
-def _load_step(step: Step, k: int, offer: Dependencies) -> CompactionStrategy:
+def _load_step(
+    step: Step, k: int, offer: Dependencies, *, key: str = "steps"
+) -> CompactionStrategy:
+    """Step ``k`` of a list named ``key`` (a pipeline's ``steps``, a tiered ``tiers``)."""
     if isinstance(step, str):
         return load_strategy(step, dependencies=offer)
     if isinstance(step, Mapping) and isinstance(step.get("strategy"), str):
         unknown = sorted(set(step) - {"strategy", "params"})
         if unknown:
-            raise ConfigError(f"unknown key(s) {unknown} in a step", key=f"steps[{k}]")
+            raise ConfigError(f"unknown key(s) {unknown} in a step", key=f"{key}[{k}]")
         params = step.get("params") or {}
         if not isinstance(params, Mapping):
-            raise ConfigError("params must be a table", key=f"steps[{k}].params")
+            raise ConfigError("params must be a table", key=f"{key}[{k}].params")
         return load_strategy(step["strategy"], dependencies=offer, params=params)
     raise ConfigError(
         f'a step is a strategy spec or {{strategy = "...", params = {{...}}}}, got {step!r}',
-        key=f"steps[{k}]",
+        key=f"{key}[{k}]",
     )

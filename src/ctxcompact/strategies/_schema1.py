@@ -292,7 +292,11 @@ class Schema1Masking:
         placeholder_template: Format string over the three fields above; default
             ``[Observation masked: old tool result (tool_call_id=..., tool=..., chars=...)]``,
             seed 001's own French text is the preset ``SCHEMA1_SEED_PLACEHOLDER``.
-        batch_turns: When > 0, move the masked boundary by multiples of this many turns.
+        batch_turns: When > 0, move the masked boundary by multiples of this many turns; 0
+            moves it at every turn, as seed 001 does. ``None`` (the default): by
+            ``window_turns``, so the prompt prefix changes once per window's worth of turns,
+            not at every call (between ``window_turns`` and twice as many newest turns stay
+            whole).
         clear_at_least: When > 0, move it only where it frees a further multiple of this many
             tokens (each result's tokens minus its placeholder's, counted from the oldest
             turn), so the cached prompt prefix stays put.
@@ -304,6 +308,13 @@ class Schema1Masking:
             arguments stay a JSON object with the same keys; ids and names never change;
             the window's turns are untouched.
         clear_inputs_min_chars: Only longer string values are cleared.
+        always: Mask a history that fits the window too (``token_count +
+            reserved_context_size < max_context_size``). Off by default: masking what fits
+            is optional, and a per-request transform, which sees each request afresh, cannot
+            tell whether the cache it breaks would be paid back (see the README's "defaults
+            that never lose money"). As the controller's strategy it runs at the threshold,
+            where the history does not fit, so this only matters with ``max_messages`` or
+            ``trigger_ratio``.
 
     Raises:
         ConfigError: A negative count, a template with unknown fields, or
@@ -322,10 +333,11 @@ class Schema1Masking:
         keep_errors: bool = True,
         keep_last_k_per_tool: int = 0,
         placeholder_template: str = SCHEMA1_PLACEHOLDER,
-        batch_turns: int = 0,
+        batch_turns: int | None = None,
         clear_at_least: int = 0,
         clear_tool_inputs: bool | Sequence[str] = False,
         clear_inputs_min_chars: int = 200,
+        always: bool = False,
     ) -> None:
         if not isinstance(placeholder_template, str):
             raise ConfigError(
@@ -338,12 +350,16 @@ class Schema1Masking:
             keep_errors=bool(keep_errors),
             keep_last_k_per_tool=check_int("keep_last_k_per_tool", keep_last_k_per_tool or 0),
             placeholder_template=placeholder_template,
-            batch_turns=check_int("batch_turns", batch_turns),
+            batch_turns=check_int(
+                "batch_turns", window_turns if batch_turns is None else batch_turns
+            ),
             clear_at_least=check_int("clear_at_least", clear_at_least),
         )
         self.clear_tool_inputs = clear_tool_inputs
         self._clearer = clearer_for(clear_tool_inputs, clear_inputs_min_chars)
         self.clear_inputs_min_chars = clear_inputs_min_chars
+        self.always = bool(always)
+        self.batch_turns = batch_turns  # None: by window_turns (policy.batch_turns holds it)
 
     @classmethod
     def from_policy(cls, policy: MaskPolicy) -> Schema1Masking:
@@ -365,13 +381,18 @@ class Schema1Masking:
             placeholder_template=policy.placeholder_template,
             batch_turns=policy.batch_turns,
             clear_at_least=policy.clear_at_least,
+            always=True,  # the seed masks every request
         )
 
     def __repr__(self) -> str:
         return options_repr(self, self.policy)  # most options live on the policy
 
     async def compact(self, ctx: CompactionContext) -> list[Message] | None:
-        """Mask old tool results of ``ctx.history``; ``None`` when nothing was masked."""
+        """Mask old tool results of ``ctx.history``; ``None`` when nothing was masked, or when
+        the history fits the window and ``always`` is off."""
+        fits = ctx.token_count + ctx.reserved_context_size < ctx.max_context_size
+        if fits and not self.always:
+            return None
         return self.mask(ctx.history, token_counter=ctx.token_counter)
 
     def mask(

@@ -1,0 +1,281 @@
+"""Tiered: the cheapest rewrite that fits, tier after tier, the context guard last.
+
+When the controller's threshold fires, the tiers run in order, each on the previous one's
+output, and the history is measured again (``ctx.token_counter``) after each: as soon as it
+is at or under the target (``fill`` of the guard's budget) the run stops. The default tiers:
+
+1. ``truncate``: a tool result over ``max_result_share`` of the budget is cut head + tail to
+   that size (one result must not crowd out the rest);
+2. ``mask``: results older than the last ``keep_recent`` tool-call groups become
+   ``[masked]``, except errors (:class:`Schema1Masking`);
+3. ``clear``: long string arguments of those older calls become a sized marker
+   (:class:`ToolInputClearing`);
+4. ``summary``: with an LLM, the older messages are summarized (:class:`LLMSummary`);
+5. the context guard, always last: it drops older exchanges, keeping the system prompt, the
+   first and the newest user messages and the newest exchange, chosen by relevance, and
+   always fits (or raises :class:`~ctxcompact.exceptions.ContextBudgetError`).
+
+A tier that raises, or whose output is not smaller or breaks pairing, is skipped: the run
+falls through to the next tier, never into a loop.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+# LLM is needed at run time, not only for typing: the loader injects by resolved annotation.
+from .._contract.protocols import LLM, CompactionStrategy, Dependencies
+from .._history.validate import check_history
+from ..exceptions import ConfigError, LLMUnavailableError, StrategyLoadError
+from ..kit import check_int, options_repr, pinned_indices
+from ._clear_inputs import ToolInputClearing
+from ._cut import shrink
+from ._guard import ContextGuard
+from ._pipeline import Step, _load_step
+from ._schema1 import Schema1Masking
+from ._summary import LLMSummary
+
+if TYPE_CHECKING:
+    from .._contract.protocols import CompactionContext
+    from .._history.messages import Message
+    from .._tokens.counters import TokenCounter
+
+__all__ = ["BUILT_IN_TIERS", "DEFAULT_FILL", "DEFAULT_RESULT_SHARE", "DEFAULT_TIERS", "Tiered"]
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_FILL = 0.4
+"""The target, as a share of the guard's budget (see the README's reasoning)."""
+
+DEFAULT_RESULT_SHARE = 0.0625
+"""The ``truncate`` tier's cap on one tool result, as a share of the budget (1/16)."""
+
+BUILT_IN_TIERS = ("truncate", "mask", "clear", "summary")
+"""The tiers named by a word in ``tiers``; anything else is a strategy spec."""
+
+DEFAULT_TIERS: tuple[str, ...] = BUILT_IN_TIERS
+"""Every built-in tier, cheapest first (``summary`` only runs with an LLM)."""
+
+MASKED = "[masked]"
+"""What an old tool result becomes in the ``mask`` tier."""
+
+
+class Tiered:
+    """Run tiers cheapest first, measuring after each, until the history fits the target.
+
+    The target is ``fill`` times the guard's budget (``max_context_size -
+    reserved_context_size - 1`` from the context, as a triggered
+    :class:`~ctxcompact.strategies.ContextGuard` computes it). Nothing happens (``None``)
+    while the history is at or under it. Meant as the controller's triggered strategy: it
+    runs when the threshold fires and leaves room for several calls before the next run, so
+    the provider's cache of the prompt holds in between.
+
+    Args:
+        llm: The summarizer of the ``summary`` tier (injected by the loader; else
+            ``ctx.llm`` at run time; without either the tier is skipped).
+        fill: The target as a share of the budget, in (0, 1).
+        tiers: The tiers, in order: built-in names (``truncate``, ``mask``, ``clear``,
+            ``summary``), strategies named as in a pipeline's ``steps`` (a spec, or
+            ``{strategy = "...", params = {...}}``), or strategy objects. The guard always
+            runs last.
+        keep_recent: Tool-call groups, newest first, whose results and arguments the
+            ``mask`` and ``clear`` tiers leave whole.
+        max_result_share: The ``truncate`` tier cuts a tool result over this share of the
+            budget to that size (in (0, 1]).
+        clear_min_chars: The ``clear`` tier clears string arguments longer than this.
+        summary: Keyword arguments of the ``summary`` tier's :class:`LLMSummary`.
+        guard: Keyword arguments of the last tier's :class:`ContextGuard` (``drop``,
+            ``drop_marker``, ``truncate_first``...; not ``fill`` nor ``context_window``).
+        dependencies: What a tier named as a strategy is offered (filled by the loader).
+
+    Raises:
+        ConfigError: A setting out of range, an unknown built-in tier or guard key.
+
+    Example:
+        >>> Tiered(fill=0.5, tiers=["mask", "clear"])
+        Tiered(fill=0.5, tiers=('mask', 'clear'))
+    """
+
+    def __init__(
+        self,
+        llm: LLM | None = None,
+        *,
+        fill: float = DEFAULT_FILL,
+        tiers: Sequence[Step | CompactionStrategy] = DEFAULT_TIERS,
+        keep_recent: int = 5,
+        max_result_share: float = DEFAULT_RESULT_SHARE,
+        clear_min_chars: int = 200,
+        summary: Mapping[str, Any] | None = None,
+        guard: Mapping[str, Any] | None = None,
+        dependencies: Dependencies | None = None,
+    ) -> None:
+        self.fill = _share("fill", fill, closed=False)
+        self.max_result_share = _share("max_result_share", max_result_share, closed=True)
+        self.keep_recent = check_int("keep_recent", keep_recent)
+        self.clear_min_chars = check_int("clear_min_chars", clear_min_chars)
+        if isinstance(tiers, (str, Mapping)):
+            raise ConfigError("must be a list of tiers", key="tiers")
+        self.tiers = tuple(tiers)
+        self.llm = llm
+        self.summary = None if summary is None else dict(summary)
+        self.guard = None if guard is None else dict(guard)
+        for key in ("fill", "context_window"):
+            if key in (self.guard or {}):
+                raise ConfigError(
+                    f"the guard's {key} is set by the tiered strategy, not in guard",
+                    key=f"guard.{key}",
+                )
+        try:
+            self._guard = ContextGuard(**(self.guard or {}))
+        except TypeError as exc:
+            raise ConfigError(str(exc), key="guard") from None
+        offer = dependencies if dependencies is not None else Dependencies()
+        self._tiers: list[tuple[str, CompactionStrategy | None]] = []
+        for k, tier in enumerate(self.tiers):
+            if isinstance(tier, str) and tier in BUILT_IN_TIERS:
+                self._tiers.append((tier, self._built_in(tier)))
+                continue
+            if not isinstance(tier, (str, Mapping)):  # a strategy object (Python)
+                self._tiers.append((type(tier).__name__, tier))
+                continue
+            try:
+                step = _load_step(tier, k, offer, key="tiers")
+            except StrategyLoadError as exc:
+                if isinstance(tier, str) and exc.reason == "unknown_name":
+                    choices = ", ".join(BUILT_IN_TIERS)
+                    raise ConfigError(
+                        f"unknown tier {tier!r}: neither a built-in tier ({choices}) nor a "
+                        "strategy name",
+                        key=f"tiers[{k}]",
+                    ) from None
+                raise
+            self._tiers.append((type(step).__name__, step))
+
+    def _built_in(self, name: str) -> CompactionStrategy | None:
+        if name == "mask":
+            # It runs when the tiered run does (the threshold fired): every run is a batch,
+            # and the history it sees may already be under the threshold after truncation.
+            return Schema1Masking(
+                window_turns=self.keep_recent,
+                placeholder_template=MASKED,
+                batch_turns=0,
+                always=True,
+            )
+        if name == "clear":
+            return ToolInputClearing(keep_recent=self.keep_recent, min_chars=self.clear_min_chars)
+        if name == "summary":
+            try:
+                # The tiered guard (relevance) fits what the summary leaves, not the
+                # summary's own oldest-first fit.
+                options: dict[str, Any] = {"fit_window": False, **(self.summary or {})}
+                return LLMSummary(self.llm, **options)
+            except TypeError as exc:
+                raise ConfigError(str(exc), key="summary") from None
+        return None  # truncate: needs the budget, done in compact()
+
+    def __repr__(self) -> str:
+        return options_repr(self)
+
+    def needs_llm(self) -> bool:
+        """Never: without a model, the ``summary`` tier is skipped (see ``NeedsLLM``)."""
+        return False
+
+    async def compact(self, ctx: CompactionContext) -> Sequence[Message] | None:
+        """The history after the tiers needed to reach the target; ``None`` if none was."""
+        budget = self._guard.budget(
+            ctx.max_context_size, ctx.reserved_context_size, ctx.max_output_tokens
+        )
+        target = max(1, int(budget * self.fill))
+        counter = ctx.token_counter
+        history: Sequence[Message] = ctx.history
+        tokens = counter.count(history)
+        if tokens <= target:
+            return None
+        changed = False
+        for name, tier in self._tiers:
+            out = await self._run_tier(name, tier, ctx, history, tokens, budget)
+            if out is None:
+                continue
+            after = counter.count(out)
+            if after >= tokens or _breaks_pairing(history, out):
+                logger.debug("tier %s skipped: its output is not smaller or breaks pairing", name)
+                continue
+            history, tokens, changed = out, after, True
+            if tokens <= target:
+                return history
+        out = self._guard.guard(
+            history,
+            budget=budget,
+            token_counter=counter,
+            target=target,
+            pinned=pinned_indices(history, ctx.pin),
+            recall=ctx.recall,
+        )
+        if out is not None:
+            return out
+        return history if changed else None
+
+    async def _run_tier(
+        self,
+        name: str,
+        tier: CompactionStrategy | None,
+        ctx: CompactionContext,
+        history: Sequence[Message],
+        tokens: int,
+        budget: int,
+    ) -> Sequence[Message] | None:
+        """One tier's output, or ``None`` when it changed nothing, could not run or raised."""
+        if tier is None:
+            cap = int(budget * self.max_result_share)
+            return _cut_large(history, cap, ctx.token_counter, recall=ctx.recall)
+        if isinstance(tier, LLMSummary) and tier.llm is None and ctx.llm is None:
+            return None  # no summarizer configured: the guard will fit
+        try:
+            return await tier.compact(dataclasses.replace(ctx, history=history, token_count=tokens))
+        except Exception as exc:
+            # A failing tier (the summarizer down, a refused summary, a broken plug-in) falls
+            # through to the next one; the guard still fits the history.
+            level = logging.DEBUG if isinstance(exc, LLMUnavailableError) else logging.WARNING
+            logger.log(level, "tier %s failed (%s); the next tier runs", name, type(exc).__name__)
+            return None
+
+
+def _share(key: str, value: object, *, closed: bool) -> float:
+    """``value`` as a float in (0, 1] (``closed``) or (0, 1), else a ``ConfigError``."""
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if not number or not (0 < value <= 1 if closed else 0 < value < 1):  # type: ignore[operator]
+        raise ConfigError(f"must be in {'(0, 1]' if closed else '(0, 1)'}, got {value!r}", key=key)
+    return float(value)  # type: ignore[arg-type]
+
+
+def _breaks_pairing(before: Sequence[Message], after: Sequence[Message]) -> bool:
+    """Whether ``after`` has a kind of pairing problem more often than ``before``."""
+    problems = check_history(after)
+    if not problems:
+        return False  # the common case: one validation, not two
+    return bool(Counter(p.kind for p in problems) - Counter(p.kind for p in check_history(before)))
+
+
+def _cut_large(
+    history: Sequence[Message], cap: int, counter: TokenCounter, *, recall: bool = False
+) -> list[Message] | None:
+    """Every tool result over ``cap`` tokens cut head + tail to ``cap``; ``None`` when none
+    is that large. With ``recall``, each cut names its handle (the call id stands in: the
+    controller writes the real one)."""
+    count = counter.count_message
+    out: list[Message] | None = None
+    for i, message in enumerate(history):
+        if message.role != "tool" or count(message) <= cap:
+            continue
+        cut = shrink(message, cap, count, handle=message.tool_call_id if recall else None)
+        if cut is None:
+            continue
+        if out is None:
+            out = list(history)
+        out[i] = cut
+        logger.debug("tier truncate: cut the tool result at message %d to %d tokens", i, cap)
+    return out
