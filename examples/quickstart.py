@@ -6,10 +6,12 @@
 An agent reads three big files, one per user request. Before each model call the
 CompactionController checks whether the history still fits (window 4,000 tokens, 1,000 kept
 free for the answer); when it does not, ToolResultHiding replaces old tool results with a
-short placeholder. After each call the provider's token count is fed back with
-observe_usage, so the next check starts from a real count (a provider may report none: then
-the controller keeps its own estimate). Offline, ScriptedLLM plays the model; with
---base-url any OpenAI-compatible server does (OPENAI_API_KEY, or --api-key, if it needs one).
+short placeholder naming recall_tool_result, which the model is offered to get one back (the
+controller keeps the originals in a bounded in-memory store). After each call the provider's
+token count is fed back with observe_usage, so the next check starts from a real count (a
+provider may report none: then the controller keeps its own estimate). Offline, ScriptedLLM
+plays the model; with --base-url any OpenAI-compatible server does (OPENAI_API_KEY, or
+--api-key, if it needs one).
 """
 
 from __future__ import annotations
@@ -19,7 +21,8 @@ import asyncio
 import json
 
 from ctxcompact import LLM, CompactionController, CompactionEvent, Message, ToolCall, tool
-from ctxcompact.strategies import HIDDEN_PLACEHOLDER, ToolResultHiding
+from ctxcompact.store import RECALL_TOOL_NAME, recall_tool
+from ctxcompact.strategies import ToolResultHiding
 from ctxcompact.testing import ScriptedLLM
 
 FILES = {
@@ -79,6 +82,10 @@ async def main() -> None:
         reserved_context_size=1_000,
         on_event=show,
     )
+    # What compaction removes is kept in controller.store, a bounded MemoryStore by default;
+    # the placeholders name the tool that brings it back, so the model is offered it too.
+    assert controller.store is not None
+    tools = {t.name: t for t in (read_file, recall_tool(controller.store))}
     history = [Message.system("You are a coding agent. Use read_file, then answer briefly.")]
     for path in FILES:
         history.append(Message.user(f"Read {path} and say in a few words what it holds."))
@@ -86,17 +93,17 @@ async def main() -> None:
             history = list(await controller.maybe_compact(history))
             tokens = controller.token_count(history)
             print(f"call: {len(history)} messages, {tokens:,} tokens")
-            completion = await llm.complete(history, tools=[read_file.spec])
+            completion = await llm.complete(history, tools=[t.spec for t in tools.values()])
             history.append(completion.message)
             controller.observe_usage(completion.usage, history)
             if not completion.message.tool_calls:
                 print(f"answer: {completion.message.text}")
                 break
             for call in completion.message.tool_calls:
-                result = await read_file.call(call.arguments)
+                result = await tools[call.name].call(call.arguments)
                 history.append(Message.tool(call.id, result.text))
 
-    hidden = sum(1 for m in history if m.role == "tool" and m.text == HIDDEN_PLACEHOLDER)
+    hidden = sum(1 for m in history if m.role == "tool" and RECALL_TOOL_NAME in m.text)
     print(
         f"done: {len(history)} messages, {controller.token_count(history):,} tokens, "
         f"{hidden} old tool results hidden"

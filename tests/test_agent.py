@@ -80,15 +80,22 @@ async def test_an_answer_without_tools_ends_the_run() -> None:
     assert agent.transcript == agent.history
     assert agent.stop_reason == "answer"
     assert agent.steps == 1
-    assert llm.requests[0].tools is None
+    # The only tool is recall's: the agent keeps originals in memory by default and offers
+    # the tool that brings them back (issue 20); without a store it offers none.
+    assert [t.name for t in llm.requests[0].tools or ()] == ["recall_tool_result"]
     assert [m.role for m in llm.requests[0].messages] == ["system", "user"]
+    bare = ScriptedLLM("Hello there.")
+    await agent_with(bare, store=None).run("hi")
+    assert bare.requests[0].tools is None
 
 
 async def test_tool_calls_are_run_and_their_results_sent_back() -> None:
     llm = ScriptedLLM(calls(("add", {"a": 2, "b": 3})), "2 + 3 = 5")
     agent = agent_with(llm, tools=[add], max_tokens=256)
     assert await agent.run("what is 2 + 3?") == "2 + 3 = 5"
-    assert llm.requests[0].tools == (Tool(add).spec,)
+    assert llm.requests[0].tools is not None
+    assert llm.requests[0].tools[0] == Tool(add).spec  # then the default recall tool
+    assert [t.name for t in llm.requests[0].tools] == ["add", "recall_tool_result"]
     assert llm.requests[0].max_tokens == 256
     assert tool_texts(llm.requests[1]) == ["5"]
     call_id = agent.history[1].tool_calls[0].id  # type: ignore[index]
@@ -182,7 +189,8 @@ async def test_an_unknown_tool_gets_an_error_result_naming_the_real_ones() -> No
     llm = ScriptedLLM(calls(("delete_everything", {})), "sorry")
     await agent_with(llm, tools=[add]).run("go")
     assert tool_texts(llm.requests[1]) == [
-        "Error: unknown tool 'delete_everything'; the available tools are: add"
+        "Error: unknown tool 'delete_everything'; the available tools are: add, "
+        "recall_tool_result"  # offered by default (the agent's default store)
     ]
 
 
@@ -195,7 +203,10 @@ async def test_tool_results_are_truncated_on_arrival_but_kept_whole_in_the_trans
     agent = agent_with(llm, tools=[dump], tool_result_truncation=truncation)
     await agent.run("go")
     [sent] = tool_texts(llm.requests[1])
-    assert sent == truncation.truncate_text(dump())
+    call_id = agent.history[2].tool_call_id
+    # With the default store the cut's marker names the handle that brings the middle back.
+    named = f'truncated: recall_tool_result("{call_id}", offset=1) shows them]'
+    assert sent == truncation.truncate_text(dump()).replace("truncated]", named)
     assert len(sent) < 1_000
     assert agent.history[2].text == sent
     assert agent.messages[2].text == dump()
@@ -438,7 +449,10 @@ async def test_context_too_long_is_retried_at_most_twice_then_raised() -> None:
     assert info.value is errors[2]
     assert len(llm.requests) == 3
     assert len(strategy.calls) == 2
-    assert agent.history[-1].text == "and now?"  # the user's input is kept for a later retry
+    # The user's input is kept for a later retry (with the default store it carries the note
+    # naming what the forced compactions dropped).
+    assert agent.history[-1].role == "user"
+    assert agent.history[-1].text.split("\n\n[ctxcompact: ")[0] == "and now?"
 
 
 async def test_context_too_long_is_raised_at_once_when_compaction_cannot_shrink() -> None:

@@ -87,8 +87,14 @@ def test_recall_without_a_store_is_a_user_error_saying_what_to_pass() -> None:
 
 
 def test_a_recall_placeholder_without_recall_and_a_store_beside_a_controller_are_refused() -> None:
-    with pytest.raises(UserError, match="pass recall=True"):
-        Agent(ScriptedLLM("x"), store=MemoryStore(), recall_placeholder="[{tool_call_id}]")
+    # A placeholder asks for recall (on by default with a store): only recall=False refuses it.
+    with pytest.raises(UserError, match="recall=False"):
+        Agent(
+            ScriptedLLM("x"),
+            store=MemoryStore(),
+            recall=False,
+            recall_placeholder="[{tool_call_id}]",
+        )
     ctl = CompactionController(
         ToolResultHiding(), max_context_size=10_000, reserved_context_size=100, store=None
     )
@@ -416,7 +422,16 @@ def test_recall_without_a_path_keeps_originals_in_memory(tmp_path: Path) -> None
     agent = Agent.from_config(write(tmp_path, "[store]\nrecall = true\n"), llm=ScriptedLLM())
     assert isinstance(agent.store, MemoryStore)
     assert agent.controller.recall_placeholder is not None
-    no_store = Agent.from_config(write(tmp_path, ""), llm=ScriptedLLM())
+    # No [store] table: the default in-memory store, and recall with it (issue 20).
+    default = Agent.from_config(write(tmp_path, ""), llm=ScriptedLLM())
+    assert isinstance(default.store, MemoryStore)
+    assert default.controller.recall
+    assert RECALL_TOOL_NAME in default.tools
+    plain = Agent.from_config(write(tmp_path, "[store]\nrecall = false\n"), llm=ScriptedLLM())
+    assert isinstance(plain.store, MemoryStore)
+    assert plain.controller.recall_placeholder is None
+    assert RECALL_TOOL_NAME not in plain.tools
+    no_store = Agent.from_config(write(tmp_path, "[store]\nenabled = false\n"), llm=ScriptedLLM())
     assert no_store.store is None
     assert RECALL_TOOL_NAME not in no_store.tools
 

@@ -171,7 +171,8 @@ def test_upstreams_and_store_on_the_command_line_need_no_config_file(tmp_path: P
     start = next(line for line in log.splitlines() if "ctxcompact proxy: OpenAI upstream" in line)
     assert f"OpenAI upstream {upstream}/v1, Anthropic upstream {upstream}," in start
     assert "strategy ToolResultHiding" in start  # the command line's default strategy
-    assert f"store SQLite {store} (at most 256 MiB, file 0600), recall off" in start
+    # Recall is on wherever there is a store (the default since issue 20).
+    assert f"store SQLite {store} (at most 256 MiB, file 0600), recall on (at most 8" in start
 
 
 def test_the_start_up_line_names_the_default_store_and_recall(tmp_path: Path) -> None:

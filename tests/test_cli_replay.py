@@ -161,6 +161,9 @@ def _shrink_tool_results(ctx: CompactionContext) -> list[Message]:
 
 
 def _controller(window: int, strategy: object, **kwargs: object) -> CompactionController:
+    # The cache arithmetic below is on the strategy's own output: recall (on by default with
+    # the default store) would put a recall placeholder where the strategy wrote "t".
+    kwargs.setdefault("recall", False)
     return CompactionController(
         strategy,  # type: ignore[arg-type]
         max_context_size=window,

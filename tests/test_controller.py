@@ -56,6 +56,10 @@ def make(
     strategy: object = None, **kw: object
 ) -> tuple[CompactionController, list[CompactionEvent]]:
     events: list[CompactionEvent] = []
+    # These tests check the controller's mechanics on what the strategy returned: the
+    # markers recall adds by default (a drop note naming a handle) are tested in
+    # test_store_controller.py and test_recall_every_removal.py.
+    kw.setdefault("recall", False)
     kw.setdefault("token_counter", Fixed())
     kw.setdefault("max_context_size", 100)
     kw.setdefault("reserved_context_size", 20)
@@ -760,7 +764,9 @@ async def test_guard_transform_trims_requests_only() -> None:
     assert counter.count(sent) <= 3_000 - 500
     assert sent[0] is history[0]
     assert sent[1] is history[1]  # the first user message is pinned
-    assert sent[-1] is history[-1]
+    # The newest too; with the default store it carries the note naming what was dropped.
+    assert sent[-1].text.startswith("last\n\n[ctxcompact: ")
+    assert 'recall_tool_result("#r' in sent[-1].text
     assert check_history(sent) == []
 
 
@@ -858,18 +864,37 @@ async def test_real_strategy_on_a_trace_through_the_controller(name: str) -> Non
 # -- properties ----------------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("recall", [False, True], ids=["plain", "recall"])
 @settings(max_examples=60, deadline=None)
 @given(valid_histories(), st.data())
 async def test_result_is_the_original_or_a_valid_history(
-    history: list[Message], data: st.DataObject
+    recall: bool, history: list[Message], data: st.DataObject
 ) -> None:
     # A careless strategy dropping random messages: whatever it returns, the controller
     # hands back either the input object untouched or a history check_history accepts.
+    # With the default store and recall (the default), a message may carry the note naming
+    # what was dropped: the message itself, its text followed by the note.
     keep = data.draw(st.lists(st.booleans(), min_size=len(history), max_size=len(history)))
     strategy = FunctionStrategy(
         lambda ctx: [m for m, k in zip(ctx.history, keep, strict=True) if k]
     )
-    controller, events = make(strategy, max_context_size=100, reserved_context_size=99)
+    controller, events = make(
+        strategy, max_context_size=100, reserved_context_size=99, recall=recall
+    )
+
+    kept = [m for m, k in zip(history, keep, strict=True) if k]
+
+    def source(m: Message) -> Message | None:
+        for h in history:
+            if m is h:
+                return h
+        for h in [*kept, *history]:  # equal messages: the one the strategy kept
+            noted = h.model_copy(update={"content": m.content})
+            noted_text = m.text.startswith(h.text) and "[ctxcompact: " in m.text[len(h.text) :]
+            if recall and noted == m and noted_text:
+                return h
+        return None
+
     snapshot = list(history)
     out = await controller.maybe_compact(history)
     assert history == snapshot
@@ -878,11 +903,11 @@ async def test_result_is_the_original_or_a_valid_history(
     else:
         assert events[-1].status == "compacted"
         assert check_history(out) == []
-        kept = [m for m, k in zip(history, keep, strict=True) if k]
         # What the strategy kept, in order, plus pinned messages (and their tool-call groups)
         # the controller put back: nothing new.
-        assert [m for m in out if any(m is k for k in kept)] == kept
-        assert all(any(m is h for h in history) for m in out)
+        sources = [source(m) for m in out]
+        assert None not in sources
+        assert [s for s in sources if any(s is k for k in kept)] == kept
 
 
 @settings(max_examples=50, deadline=None)

@@ -23,7 +23,14 @@ SECRET = "sk-test-DO-NOT-LOG-4242"
 HIDDEN = "[old tool result hidden]"
 
 
-def write_config(tmp_path: Path, upstream: str, extra: str = "", **compaction: Any) -> Path:
+def write_config(
+    tmp_path: Path, upstream: str, extra: str = "", recall: bool | None = False, **compaction: Any
+) -> Path:
+    """A proxy config. ``recall=False`` (the tests' default) adds ``[store] recall = false``
+    unless ``extra`` has a ``[store]`` table: these tests check rewriting and relaying with
+    the strategies' own markers, while recall (on by default since issue 20: the markers name
+    their handles and the tool is offered) is tested in test_proxy_recall*.py,
+    test_proxy_faults.py and test_proxy_default_store.py. ``None``: the defaults."""
     settings = {
         "strategy": "tool-result-hiding",
         "max_context_size": 2000,
@@ -40,6 +47,8 @@ def write_config(tmp_path: Path, upstream: str, extra: str = "", **compaction: A
         f'anthropic_base_url = "{upstream}"',
         "max_body_bytes = 200000",
     ]
+    if recall is not None and "[store]" not in extra:
+        extra += f"\n[store]\nrecall = {json.dumps(recall)}\n"
     path = tmp_path / "proxy.toml"
     path.write_text("\n".join(lines) + "\n" + extra, encoding="utf-8")
     return path

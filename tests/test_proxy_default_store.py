@@ -67,15 +67,32 @@ def test_proxy_command_keeps_originals_in_a_private_file_in_the_cache_folder(
 ) -> None:
     fake = FakeUpstream()
     with serve_in_thread(fake.app()) as upstream:
-        r, log = run_proxy_command(write_config(tmp_path, upstream))
+        r, log = run_proxy_command(write_config(tmp_path, upstream, recall=None))
     assert "action=compacted" in r.headers["x-ctxcompact"]
     path = cache_file()
     assert stored_rows(path) == 3  # the three results hiding replaced
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700
-    # The start-up line says where, how big at most, how private, and that recall is off.
-    assert f"store SQLite {path} (at most 256 MiB, file 0600), recall off" in log
-    # Without recall the request is what it was without a store: no tool, no recall text.
+    # The start-up line says where, how big at most, how private, and that recall is on
+    # (the default wherever there is a store, since issue 20).
+    assert f"store SQLite {path} (at most 256 MiB, file 0600), recall on (at most" in log
+    # The placeholder names the handle, and the tool that brings it back is offered.
+    sent = json.loads(fake.received[-1].body)
+    assert [t["function"]["name"] for t in sent["tools"]] == ["recall_tool_result"]
+    assert sent["messages"][3]["content"] == (
+        '[tool result hidden: call recall_tool_result("call_0") to see it again]'
+    )
+
+
+def test_recall_false_keeps_the_store_and_sends_what_it_sent_without_one(
+    tmp_path: Path,
+) -> None:
+    fake = FakeUpstream()
+    with serve_in_thread(fake.app()) as upstream:
+        r, log = run_proxy_command(write_config(tmp_path, upstream, recall=False))
+    assert "action=compacted" in r.headers["x-ctxcompact"]
+    assert stored_rows(cache_file()) == 3
+    assert f"store SQLite {cache_file()} (at most 256 MiB, file 0600), recall off" in log
     sent = json.loads(fake.received[-1].body)
     assert "tools" not in sent
     assert sent["messages"][3]["content"] == "[old tool result hidden]"

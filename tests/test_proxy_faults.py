@@ -55,6 +55,7 @@ def config(tmp_path: Path, url: str, path: str) -> Path:
     extra = "timeout = 1.0\n"
     if path == "recall":
         extra += f'[store]\npath = "{tmp_path / "originals.db"}"\nrecall = true\n'
+    # The plain path: write_config's [store] recall = false (recall is on by default).
     return write_config(tmp_path, url, extra=extra)
 
 

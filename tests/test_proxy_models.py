@@ -41,6 +41,8 @@ def config_without_window(url: str, models: dict[str, int] | None = None) -> Con
             },
             "proxy": {"openai_base_url": f"{url}/v1", "anthropic_base_url": url},
             "models": models or {},
+            # The strategy's own placeholder (HIDDEN) is counted: recall's is tested elsewhere.
+            "store": {"recall": False},
         }
     )
 

@@ -47,7 +47,10 @@ def summary_config(tmp_path: Path, url: str) -> Path:
         f'openai_base_url = "{url}/v1"\n'
         f'anthropic_base_url = "{url}"\n'
         "[store]\n"
-        f'path = "{tmp_path / "store.db"}"\n',
+        f'path = "{tmp_path / "store.db"}"\n'
+        # The summary's own text is compared: recall (on by default) would end it with the
+        # note naming the range it replaces, tested in test_recall_every_removal.py.
+        "recall = false\n",
         encoding="utf-8",
     )
     return path

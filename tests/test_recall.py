@@ -324,6 +324,9 @@ async def test_an_agent_model_recalls_a_hidden_result_with_the_public_api() -> N
     agent = Agent(
         llm,
         tools=[read_log, recall_tool(store)],
+        # The loop wires its own recall tool over its own store, as a loop without the
+        # agent's recall would: the agent's default one (same name) stays off.
+        recall=False,
         transforms=[FunctionStrategy(hide_with_recall)],
         max_context_size=1_000_000,
         reserved_context_size=1_000,

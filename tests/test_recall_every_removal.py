@@ -42,11 +42,11 @@ NAMED = re.compile(r'recall_tool_result\(\\?"([^"\\]+)\\?"')
 
 
 def recall_controller(strategy: object, **kwargs: object) -> CompactionController:
+    """A controller with the defaults: its own bounded store, and recall on."""
     kwargs.setdefault("max_context_size", 2_000)
     kwargs.setdefault("reserved_context_size", 0)
     return CompactionController(
         strategy,  # type: ignore[arg-type]
-        recall_placeholder=DEFAULT_RECALL_TEMPLATE,
         **kwargs,  # type: ignore[arg-type]
     )
 
@@ -254,10 +254,36 @@ def test_the_controller_and_the_agent_keep_originals_in_memory_by_default() -> N
     assert Agent(ScriptedLLM(), compaction=ContextGuard(), store=None).store is None
 
 
-async def test_without_recall_markers_stay_plain_but_originals_are_kept() -> None:
+async def test_by_default_markers_name_their_handles_and_the_agent_offers_recall() -> None:
     history = long_task()
     controller = CompactionController(
         ContextGuard(), max_context_size=1_500, reserved_context_size=0
+    )
+    assert controller.recall
+    assert controller.recall_placeholder == DEFAULT_RECALL_TEMPLATE
+    result = await controller.compact(history, force=True)
+    assert result.changed
+    removals = removed_originals(history, result.history)
+    assert [r for r in removals if r.kind == "dropped"]
+    assert controller.store is not None
+    assert RecallCheck(controller.store).lost(removals, result.history) == []
+    agent = Agent(ScriptedLLM(), compaction=ContextGuard())
+    assert agent.recall
+    assert "recall_tool_result" in [s.name for s in agent.tool_specs]
+    for off in (
+        Agent(ScriptedLLM(), compaction=ContextGuard(), recall=False),
+        Agent(ScriptedLLM(), compaction=ContextGuard(), store=None),
+    ):
+        assert not off.recall
+        assert not off.controller.recall
+        assert "recall_tool_result" not in [s.name for s in off.tool_specs]
+
+
+async def test_without_recall_markers_stay_plain_but_originals_are_kept() -> None:
+    # recall=False: the off switch keeps the originals and the strategies' plain markers.
+    history = long_task()
+    controller = CompactionController(
+        ContextGuard(), max_context_size=1_500, reserved_context_size=0, recall=False
     )
     result = await controller.compact(history, force=True)
     assert result.changed

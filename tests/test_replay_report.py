@@ -87,9 +87,14 @@ def test_a_hidden_result_the_last_answer_quotes_counts_as_removed_then_reference
     assert run["removed_results"] >= 1
     assert run["removed_then_referenced"] == 1  # only c1 has distinctive tokens
     assert run["removed_then_referenced_rate"] == pytest.approx(1 / run["removed_results"], 1e-3)
-    assert run["recallable_results"] == 0  # recall is off
+    # The replay's default store (in memory, recall on): the quoted result comes back.
+    assert run["recallable_results"] == 1
+    assert run["lost_results"] == 0
     assert doc["files"][0]["baseline"]["removed_results"] == 0
     assert path.read_bytes() == before
+    off = replay_json(capsys, str(path), *HIDING, *SMALL_WINDOW, "--no-store")
+    assert off["files"][0]["runs"][0]["compacted"]["recallable_results"] == 0
+    assert off["files"][0]["runs"][0]["compacted"]["lost_results"] == 1
 
 
 def test_with_a_window_nothing_crosses_nothing_is_removed_or_referenced(

@@ -25,6 +25,7 @@ from ctxcompact.store import (
     SQLiteStore,
     StoredOriginal,
     execute_recall,
+    recall_placeholder,
 )
 from ctxcompact.strategies import ContextGuard, Schema1Masking, ToolResultHiding
 from ctxcompact.testing import FunctionStrategy
@@ -103,10 +104,16 @@ async def test_originals_survive_in_a_real_sqlite_file(tmp_path: Path) -> None:
 
 
 async def test_no_store_no_recording_and_the_result_is_the_strategys_own() -> None:
+    # recall=False is the switch that keeps the originals without changing what the model is
+    # sent (recall is on by default with a store, and then the placeholders name the tool).
     before = history()
-    with_store = await controller(MemoryStore()).compact(before)
+    store = MemoryStore()
+    with_store = await controller(store, recall=False).compact(before)
     without = await controller().compact(before)
     assert [m.text for m in with_store.history] == [m.text for m in without.history]
+    assert_recallable(store, before[3])
+    recalled = await controller(MemoryStore()).compact(before)
+    assert recalled.history[3].text == recall_placeholder("c0")
 
 
 async def test_what_the_transforms_remove_is_recorded_and_the_stored_history_kept() -> None:
@@ -245,8 +252,12 @@ async def test_a_strategys_own_recall_text_is_kept() -> None:
 
 
 def test_recall_placeholder_needs_a_store_and_a_valid_template() -> None:
-    with pytest.raises(UserError, match="needs store="):
+    with pytest.raises(UserError, match="needs an originals store: pass store="):
         controller(recall_placeholder="[{tool_call_id}]")
+    with pytest.raises(UserError, match="recall=True needs an originals store"):
+        controller(recall=True)
+    with pytest.raises(UserError, match="recall=False"):
+        controller(MemoryStore(), recall=False, recall_placeholder="[{tool_call_id}]")
     with pytest.raises(ConfigError, match="tool_call_id") as info:
         controller(MemoryStore(), recall_placeholder="[hidden {tool_nam}]")
     assert info.value.key == "recall_placeholder"
@@ -373,6 +384,7 @@ async def test_a_built_in_placeholder_is_never_stored_over_its_original(tmp_path
             max_context_size=1_000,
             reserved_context_size=100,
             store=store,
+            recall=False,  # the strategy's own placeholder, as another process resumes it
         )
         hidden = list((await first.compact(history)).history)
     assert hidden[2].text == "[old tool result hidden]"

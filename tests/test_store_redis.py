@@ -349,8 +349,11 @@ async def test_a_redis_that_went_away_is_reported_and_the_compaction_stands(
     try:
         with caplog.at_level(logging.WARNING, logger="ctxcompact"):
             result = await controller(gone).compact(before)
-        plain = await CompactionController(
-            ToolResultHiding(preserve_recent_n=1), max_context_size=2_000, reserved_context_size=100
+        plain = await CompactionController(  # no store: the strategy's own text
+            ToolResultHiding(preserve_recent_n=1),
+            max_context_size=2_000,
+            reserved_context_size=100,
+            store=None,
         ).compact(before)
     finally:
         gone.close()

@@ -40,6 +40,12 @@ from tests.helpers.gen import assistant, call, tool, user
 WINDOW, RESERVED, RATIO = 4_000, 1_000, 0.5  # trigger at 3,000 tokens, ahead from 1,500
 
 
+def said(message: Message) -> str:
+    """The summary's own text: with the default store (recall on) the controller ends it with
+    a note naming the range it replaces, tested in test_recall_every_removal.py."""
+    return message.text.split("\n\n[ctxcompact: this summary replaces ")[0]
+
+
 def turn(k: int) -> list[Message]:
     """One tool turn whose result is ~130 tokens and names itself (``result-07``)."""
     return [assistant(None, call(f"c{k}", "read")), tool(f"c{k}", f"result-{k:02d} " + "x" * 500)]
@@ -118,7 +124,7 @@ async def test_the_summary_is_written_in_the_background_and_swapped_in_at_the_tr
     assert (event.ahead, event.waited_s) == ("used", 0.0)
     assert len(llm.requests) == 1  # the trigger itself made no call
     summary = [m for m in step.history if m.text.startswith(SUMMARY_PREFIX)]
-    assert [m.text for m in summary] == [SUMMARY_PREFIX + "summary 1"]
+    assert [said(m) for m in summary] == [SUMMARY_PREFIX + "summary 1"]
     # What came in after the summary was started stays whole, after it.
     assert step.history[-len(turn(0)) * 2 :] == history[-len(turn(0)) * 2 :]
     assert_output_invariants(history, step.history, max_new_messages=1)
@@ -161,7 +167,7 @@ async def test_a_history_that_diverged_never_gets_the_summary_made_for_the_old_o
     assert step.compacted
     assert step.event is not None
     assert step.event.ahead is None
-    texts = [m.text for m in step.history]
+    texts = [said(m) for m in step.history]
     assert SUMMARY_PREFIX + "summary 1" not in texts  # not the stale one...
     assert any(t.startswith(SUMMARY_PREFIX + "summary") for t in texts)  # ...a fresh one
     assert "result-00 edited" in transcript(llm.requests[-1])
@@ -214,7 +220,7 @@ async def test_a_failed_background_summary_is_not_retried_every_call() -> None:
     assert step.compacted  # the trigger's run wrote the summary the usual way
     assert step.event is not None
     assert step.event.ahead is None
-    assert any(m.text == SUMMARY_PREFIX + "summary after the outage" for m in step.history)
+    assert any(said(m) == SUMMARY_PREFIX + "summary after the outage" for m in step.history)
 
 
 async def test_a_summary_made_ahead_that_is_not_smaller_is_a_typed_failure() -> None:

@@ -310,7 +310,9 @@ def test_proxy_sends_exactly_what_replay_predicts_on_a_real_trace(tmp_path: Path
     sent = [json.loads(r.body)["messages"] for r in fake.received]
 
     predicted: list[list[dict[str, Any]]] = []
-    wiring = wire(config)
+    # As `ctxcompact replay` builds it: a store of its own, so its markers name their handles
+    # as the proxy's (its default file) do.
+    wiring = wire(config, per_conversation=True)
     controller = wiring.controller()
     asyncio.run(
         replay(

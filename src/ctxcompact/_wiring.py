@@ -96,16 +96,16 @@ class Wiring:
         max_failures: ``[compaction] max_failures``.
         owned: Models built here (not passed in): their owner closes them.
         store: The originals store (``[store]``, or the one passed in), or ``None``.
-        recall: ``[store] recall``: offer the model the recall tool, and make placeholders
-            name it.
+        recall: Whether markers name their handles and the recall tool is offered wherever
+            there is a store: unless ``[store] recall = false`` or ``enabled = false``.
         recall_placeholder: ``[store] recall_placeholder``, the recall placeholder template.
         owned_store: Whether ``store`` was built here (then its owner closes it).
         cache_ttl: ``[compaction] cache_ttl``.
         cache_pricing: ``[compaction] cache_pricing``, resolved (``None``: weighing off).
         precompute_ratio: ``[compaction] precompute_ratio``.
         per_conversation: Each :meth:`controller` serves one conversation: a strategy object
-            and transforms of its own and, with ``[store] recall`` and no store here, an
-            in-memory store of its own (the command line's replays).
+            and transforms of its own and, with no store here (unless ``[store] enabled =
+            false``), an in-memory store of its own (the command line's replays).
         arrival_truncation: With ``agent=True``, ``[tool_result_truncation]`` as the cut an
             agent applies to each tool result on arrival (``None`` when the table is off).
         reload_strategy: Loads the configured strategy again (``None`` when the strategy
@@ -180,7 +180,7 @@ class Wiring:
         if self.per_conversation:
             if self.reload_strategy is not None:
                 strategy = self.reload_strategy()
-            if store is None and self.config.store.recall:
+            if store is None and self.config.store.enabled is not False:
                 store = MemoryStore(max_bytes=self.config.store.max_bytes)
         return controller_class(
             strategy,
@@ -199,6 +199,7 @@ class Wiring:
             min_progress=self.min_progress,
             max_failures=self.max_failures,
             store=store,
+            recall=self.recall and store is not None,
             recall_placeholder=(
                 self.recall_placeholder if self.recall and store is not None else None
             ),
@@ -241,10 +242,10 @@ def wire(
             ``[compaction.llm]``. The summarizer is then ``[compaction.llm]`` when
             ``[agent.llm]`` is set too, else the agent's model.
         store: Use this originals store instead of building ``[store]``'s.
-        build_store: Open the store ``[store]`` describes (a file is opened, so only callers
-            that will use and close it ask: :meth:`Agent.from_config`,
-            :meth:`CompactionController.from_config`, the proxy). Otherwise ``store`` is only
-            ``store``.
+        build_store: Open the store ``[store]`` describes, a bounded in-memory one when it
+            names none (a file is opened, so only callers that will use and close it ask:
+            :meth:`Agent.from_config`, :meth:`CompactionController.from_config`, the proxy).
+            Otherwise ``store`` is only ``store``.
         default_store: With ``build_store``, the SQLite file to open when ``[store]`` names
             none and does not say ``enabled = false`` (the proxy passes
             :func:`~ctxcompact.store.default_store_path`).
@@ -252,8 +253,8 @@ def wire(
             failing (``max_context_size`` is then ``None``): the caller gives each
             :meth:`Wiring.controller` its model's window (the proxy).
         per_conversation: Each :meth:`Wiring.controller` serves one conversation (its own
-            strategy object and transforms, and with ``[store] recall`` its own in-memory
-            store).
+            strategy object and transforms, and unless ``[store] enabled = false`` its own
+            in-memory store).
 
     Raises:
         ConfigError: No window anywhere, limits that do not fit, no model for an agent, a
@@ -278,7 +279,7 @@ def wire(
     transforms = () if window is None else tuple(build_transforms(config, window))
     table = config.store
     use_default = default_store is not None and table.enabled is not False
-    opened = build_store and store is None and (table.configured or use_default)
+    opened = build_store and store is None and table.enabled is not False
     if opened:
         store = open_store(config, default=default_store if use_default else None)
     comp = config.compaction
@@ -297,7 +298,7 @@ def wire(
         max_failures=comp.max_failures,
         owned=models.owned,
         store=store,
-        recall=config.store.recall,
+        recall=config.store.recall_on,
         recall_placeholder=config.store.recall_placeholder,
         owned_store=opened,
         cache_ttl=comp.cache_ttl,
@@ -580,8 +581,8 @@ def _transform_tables(config: Config) -> list[tuple[str, TransformTable]]:
 def open_store(config: Config, *, default: Path | None = None) -> OriginalsStore | None:
     """The store ``[store]`` describes: a :class:`RedisStore` at ``url``, a
     :class:`MemoryStore` for ``path = ":memory:"``, a :class:`SQLiteStore` at ``path`` (``~``
-    expanded, relative to the config file's folder), else at ``default`` when given, a
-    :class:`MemoryStore` when only ``recall`` is on, else ``None``.
+    expanded, relative to the config file's folder), else at ``default`` when given, else a
+    :class:`MemoryStore` (``None`` with ``enabled = false``).
 
     Raises:
         ConfigError: The file cannot be opened or was written by a newer ctxcompact (named as
@@ -599,9 +600,11 @@ def open_store(config: Config, *, default: Path | None = None) -> OriginalsStore
             raise ConfigError(str(exc), path=_where(config), key="store.url") from exc
     if table.in_memory:
         return MemoryStore(max_bytes=table.max_bytes)
+    if table.enabled is False:
+        return None
     path = table.resolved_path(config.path) or default
     if path is None:
-        return MemoryStore(max_bytes=table.max_bytes) if table.recall else None
+        return MemoryStore(max_bytes=table.max_bytes)
     try:
         return SQLiteStore(path, max_bytes=table.max_bytes)
     except StoreError as exc:

@@ -159,6 +159,7 @@ async def test_a_ready_controller_brings_its_store_and_its_transforms() -> None:
         reserved_context_size=500,
         transforms=[ToolResultTruncation(max_chars=300, head_chars=100, tail_chars=100)],
         store=store,
+        recall=False,  # this framework's agent has no recall tool: the plain markers
     )
     model = ReadingChatModel(calls=6, seen=[])
     agent = create_agent(
@@ -220,6 +221,7 @@ def test_the_cache_ttl_of_a_ready_controller_counts_from_the_last_model_call() -
         cache_ttl=300,
         clock=lambda: now[0],
         on_event=events.append,
+        recall=False,  # this framework's agent has no recall tool: the plain markers
     )
     model = ReadingChatModel(calls=3, seen=[])
     agent = create_agent(

@@ -186,6 +186,7 @@ async def test_a_ready_controller_brings_its_store_and_its_transforms() -> None:
         reserved_context_size=500,
         transforms=[ToolResultTruncation(max_chars=300, head_chars=100, tail_chars=100)],
         store=store,
+        recall=False,  # this framework's agent has no recall tool: the plain markers
     )
     model = ReadingModel(calls=6)
     config = RunConfig(
@@ -231,6 +232,7 @@ async def test_a_session_with_a_ready_controller_keeps_what_it_hid_in_the_store(
         max_context_size=3_000,
         reserved_context_size=500,
         store=store,
+        recall=False,  # this framework's agent has no recall tool: the plain markers
     )
     session = CompactingSession(
         SQLiteSession("user-2", db_path=tmp_path / "sessions.db"), controller=controller

@@ -262,6 +262,7 @@ async def test_a_ready_controller_brings_its_store_and_its_transforms() -> None:
         reserved_context_size=500,
         transforms=[ToolResultTruncation(max_chars=300, head_chars=100, tail_chars=100)],
         store=store,
+        recall=False,  # this framework's agent has no recall tool: the plain markers
     )
     model = ReadingModel(calls=6)
     agent = Agent(FunctionModel(model), capabilities=[history_processor(controller=controller)])

@@ -20,7 +20,7 @@ from .._defaults import DEFAULT_MAX_CONTEXT_SIZE, DEFAULT_MAX_STEPS, DEFAULT_RES
 from .._history.messages import Message, ToolCall
 from .._wiring import wire
 from ..exceptions import ContextTooLongError, MaxStepsExceeded, UserError
-from ..store._recall import DEFAULT_RECALL_TEMPLATE, recall_tool
+from ..store._recall import recall_tool
 from ..strategies._summary import LLMSummary
 
 if TYPE_CHECKING:
@@ -93,7 +93,7 @@ class StrategyOptions(TypedDict, total=False):
     :data:`~ctxcompact.store.DEFAULT_MEMORY_STORE_BYTES`; ``None``: no store. Its failures
     never stop the agent (logged at WARNING)."""
     recall_placeholder: str | None
-    """With ``recall=True``, the template of the placeholders of hidden and masked results
+    """The template of the recall placeholders of hidden and masked results
     (``{tool_call_id}``, ``{tool_name}``); default
     :data:`~ctxcompact.store.DEFAULT_RECALL_TEMPLATE`."""
 
@@ -102,19 +102,17 @@ def _short_form_controller(
     llm: LLM,
     strategy: CompactionStrategy | None,
     *,
-    recall: bool = False,
+    recall: bool | None = None,
     **options: Unpack[StrategyOptions],
 ) -> CompactionController:
     """The controller of the short form: ``strategy`` (``None``: KLIP-13's default,
     :class:`~ctxcompact.strategies.LLMSummary` with ``llm``) with ``options``.
 
     Raises:
-        UserError: ``recall_placeholder`` without ``recall``.
+        UserError: ``recall=True`` or ``recall_placeholder`` with ``store=None``,
+            ``recall_placeholder`` with ``recall=False``.
         ConfigError: Limits that do not fit.
     """
-    placeholder = options.get("recall_placeholder")
-    if placeholder is not None and not recall:
-        raise UserError("recall_placeholder= is the recall text: pass recall=True too")
     # No store= at all: the controller's default, a bounded MemoryStore of its own.
     store: OriginalsStore | Literal["memory"] | None = options.get("store", "memory")
     max_size = options.get("max_context_size")
@@ -128,9 +126,8 @@ def _short_form_controller(
         llm=llm,
         transforms=tuple(options.get("transforms", ())),
         store=store,
-        recall_placeholder=(placeholder or DEFAULT_RECALL_TEMPLATE)
-        if recall and store is not None
-        else None,
+        recall=recall,
+        recall_placeholder=options.get("recall_placeholder"),
     )
 
 
@@ -144,8 +141,8 @@ class Agent:
     Args:
         llm: The chat model (anything satisfying :class:`ctxcompact.LLM`).
         controller: The ready :class:`~ctxcompact.CompactionController` that decides when
-            and how to compact (its store is the agent's, and its ``recall_placeholder``
-            decides what placeholders say).
+            and how to compact (its store is the agent's, and its ``recall`` and
+            ``recall_placeholder`` decide what markers say).
         tools: :class:`~ctxcompact.Tool` objects or typed functions (sync or async).
         system_prompt: Sent as the first, system message of the history.
         compaction: Short for :meth:`with_strategy`: a strategy, built into a controller
@@ -160,14 +157,18 @@ class Agent:
             (compaction events only: every status, from ``compacted`` to ``skipped``; tool
             calls and steps are visible in :attr:`transcript`).
         recall: Offer the model ``recall_tool_result`` (:func:`ctxcompact.store.recall_tool`)
-            to see a removed result again; needs the controller's store. Hidden and masked
-            results then show the recall placeholder, naming the tool and the result's id.
+            to get back what compaction removed, every marker naming the handle to recall it
+            with. ``None`` (the default): whenever the controller's markers name the tool,
+            which they do whenever there is a store (the default one included); ``False``:
+            no tool, and in the short form the strategies' plain markers (the originals are
+            still kept); ``True``: the tool, and a store is required.
         **strategy_options: With ``compaction=`` a strategy (or neither): the
             :class:`StrategyOptions` of its controller.
 
     Raises:
-        UserError: ``controller`` and strategy options together, ``recall`` without a
-            store, two tools of one name, ``max_steps`` below 1.
+        UserError: ``controller`` and strategy options together, ``recall=True`` without a
+            store, two tools of one name (``recall_tool_result`` is the agent's while recall
+            is on), ``max_steps`` below 1.
 
     Example:
         >>> from ctxcompact.testing import ScriptedLLM
@@ -189,7 +190,7 @@ class Agent:
         max_tokens: int | None = None,
         tool_result_truncation: ToolResultTruncation | None = None,
         on_event: Callable[[CompactionEvent], object] | None = None,
-        recall: bool = False,
+        recall: bool | None = None,
         **strategy_options: Unpack[StrategyOptions],
     ) -> None:
         if max_steps < 1:
@@ -220,9 +221,11 @@ class Agent:
         self.store = self.controller.store
         """Where removed originals are kept (the controller's), or ``None``."""
         self._owned_store = False  # a store built by from_config, closed by aclose()
-        if recall:
-            self._offer_recall()
-        self.recall = recall
+        offer = recall if recall is not None else self.controller.recall
+        if offer:
+            self._offer_recall(given=recall is True)
+        self.recall = offer
+        """Whether the model is offered ``recall_tool_result``."""
         self.history: list[Message] = []
         """The stored history, compacted: each request is this through the transforms."""
         self.transcript: list[TranscriptEntry] = []
@@ -233,7 +236,7 @@ class Agent:
         if system_prompt:
             self.add(Message.system(system_prompt))
 
-    def _offer_recall(self) -> None:
+    def _offer_recall(self, *, given: bool) -> None:
         if self.store is None:
             raise UserError(
                 "recall=True needs an originals store: pass store=MemoryStore() or "
@@ -242,9 +245,10 @@ class Agent:
             )
         recall_spec = recall_tool(self.store, namespace=self.controller.store_namespace)
         if recall_spec.name in self.tools:
+            how = "drop recall=True" if given else "pass recall=False"
             raise UserError(
-                f"a tool is already named {recall_spec.name!r}; with recall=True the agent "
-                "adds its own: rename yours or drop recall=True"
+                f"a tool is already named {recall_spec.name!r}; with recall on (the default "
+                f"with a store) the agent adds its own: rename yours or {how}"
             )
         self.tools[recall_spec.name] = recall_spec
 
@@ -263,7 +267,7 @@ class Agent:
         max_tokens: int | None = None,
         tool_result_truncation: ToolResultTruncation | None = None,
         on_event: Callable[[CompactionEvent], object] | None = None,
-        recall: bool = False,
+        recall: bool | None = None,
         **strategy_options: Unpack[StrategyOptions],
     ) -> Agent:
         """An agent whose controller runs ``strategy`` (``None``: ``LLMSummary`` with
@@ -271,8 +275,8 @@ class Agent:
         unless given). The other keywords are the agent's own, as in :class:`Agent`.
 
         Raises:
-            UserError: ``recall`` without ``store``, ``recall_placeholder`` without
-                ``recall``, two tools of one name.
+            UserError: ``recall=True`` or ``recall_placeholder`` with ``store=None``,
+                ``recall_placeholder`` with ``recall=False``, two tools of one name.
             ConfigError: Limits that do not fit.
 
         Example:
@@ -313,9 +317,10 @@ class Agent:
         ``[compaction.params]`` as keyword arguments and, injected by annotation, the
         summarizing LLM, the token counter (``[token_counting]``) and the config. The
         summarizing LLM is ``[compaction.llm]`` when ``[agent.llm]`` is set too, else the
-        agent's own model. With a ``[store]`` table the agent keeps removed originals there
-        (``recall = true`` also offers the model the recall tool). Models and the store built
-        here are closed by :meth:`aclose`.
+        agent's own model. The agent keeps removed originals where ``[store]`` says (in
+        memory without one; ``enabled = false``: nowhere) and offers the model the recall
+        tool whenever it keeps them (``recall = false``: plain markers, no tool). Models and
+        the store built here are closed by :meth:`aclose`.
 
         Raises:
             ConfigError: The file is invalid, or no LLM is given or configured.
@@ -332,7 +337,6 @@ class Agent:
             max_steps=settings.max_steps,
             tool_result_truncation=wiring.arrival_truncation,
             on_event=on_event,
-            recall=wiring.recall,
         )
         agent._owned = list(wiring.owned)
         agent._owned_store = wiring.owned_store

@@ -1,10 +1,10 @@
 """``[store]``: the originals store and recall, as configured in TOML.
 
 :func:`ctxcompact.wire` builds the store (:class:`~ctxcompact.store.RedisStore` for a
-``url``, :class:`~ctxcompact.store.SQLiteStore` for a ``path``, else
-:class:`~ctxcompact.store.MemoryStore` when ``recall`` is on); ``ctxcompact proxy`` and
-``wrap`` open their default file (:func:`~ctxcompact.store.default_store_path`) when the
-table names none, unless ``enabled = false``.
+``url``, :class:`~ctxcompact.store.SQLiteStore` for a ``path``, else a
+:class:`~ctxcompact.store.MemoryStore`); ``ctxcompact proxy`` and ``wrap`` open their default
+file (:func:`~ctxcompact.store.default_store_path`) when the table names none. ``enabled =
+false``: no store anywhere.
 """
 
 from __future__ import annotations
@@ -28,27 +28,27 @@ MEMORY_PATH = ":memory:"
 class StoreConfig(BaseModel):
     """``[store]``: keep what compaction removes, and let the model recall it.
 
-    ``recall = true``: every marker names the handle to recall its original with
-    (:mod:`ctxcompact.kit._markers`); off by default here, because the recall forms cost tokens
-    a configured pipeline was tuned without (+3 points of input for
-    ``examples/recommended.toml`` on the public traces).
+    With a store (the default), every marker names the handle to recall its original with
+    (:mod:`ctxcompact.kit._markers`) and the agent and the proxy offer the model
+    ``recall_tool_result``. ``recall = false`` keeps the originals but leaves the
+    strategies' plain markers and offers no tool (the recall forms cost a few tokens: +3
+    points of input for ``examples/recommended.toml`` on the public traces).
     ``path`` is a SQLite file (``~`` expanded, relative to the config file's folder); ``url``
     a Redis server (``redis://[[user]:password@]host[:port][/db]``, ``rediss://`` or
     ``unix://``; the ``redis`` extra), which processes on several machines share: give every
     replica the same ``url`` and ``prefix``. ``path = ":memory:"`` (SQLite's own name for
     it) keeps the originals in this process's memory, bounded by ``max_bytes``, until it
-    exits. ``recall = true`` without ``path`` or ``url`` keeps them in memory too, except in
-    ``ctxcompact proxy`` and ``wrap``, which then open their default file. ``ttl`` (Redis
-    only): seconds an entry lives after it was last stored (none by default: the
-    ``max_bytes`` bound alone evicts).
-    Without ``path``, ``url`` and ``recall`` the library attaches no store, and
-    ``ctxcompact proxy`` (and ``wrap``) opens its default file in the user's cache folder
-    (:func:`~ctxcompact.store.default_store_path`); ``enabled = false`` turns every store
-    off, that one included (``--no-store``).
+    exits. Without ``path`` or ``url`` the library (the controller, the agent, ``ctxcompact
+    replay``) keeps them in memory too, and ``ctxcompact proxy`` (and ``wrap``) opens its
+    default file in the user's cache folder (:func:`~ctxcompact.store.default_store_path`).
+    ``enabled = false`` turns every store off, that one included (``--no-store``), and
+    recall with it. ``ttl`` (Redis only): seconds an entry lives after it was last stored
+    (none by default: the ``max_bytes`` bound alone evicts).
 
     Example:
-        >>> StoreConfig(recall=True).recall_placeholder
-        '[tool result hidden: call recall_tool_result("{tool_call_id}") to see it again]'
+        >>> table = StoreConfig()
+        >>> table.recall_on, table.disabled().recall_on
+        (True, False)
     """
 
     # strict, as every table: TOML already has types.
@@ -62,7 +62,9 @@ class StoreConfig(BaseModel):
     prefix: str = Field(default="ctxcompact", pattern=r"^[A-Za-z0-9_.:-]{1,64}$")
     ttl: float | None = Field(default=None, gt=0)
     max_bytes: int = Field(default=DEFAULT_MAX_BYTES, ge=1)
-    recall: bool = False
+    recall: bool | None = None
+    """``false``: plain markers and no recall tool; unset or ``true``: markers name their
+    handles whenever there is a store (``true`` with ``enabled = false`` is an error)."""
     recall_placeholder: str = Field(default=DEFAULT_RECALL_TEMPLATE, min_length=1)
 
     @field_validator("recall_placeholder")
@@ -88,15 +90,21 @@ class StoreConfig(BaseModel):
             raise ValueError("give path (a SQLite file) or url (a Redis server), not both")
         if self.ttl is not None and self.url is None:
             raise ValueError("ttl applies to a Redis store (url) only")
-        if self.enabled is False and self.configured:
+        if self.enabled is False and (self.configured or self.recall):
             key = "path" if self.path is not None else "url" if self.url is not None else "recall"
             raise ValueError(f"enabled = false turns the store off, but {key} asks for one")
         return self
 
     @property
     def configured(self) -> bool:
-        """Whether the table asks for a store itself (a ``path`` or a ``url``, or ``recall``)."""
-        return self.path is not None or self.url is not None or self.recall
+        """Whether the table names a store itself (a ``path`` or a ``url``)."""
+        return self.path is not None or self.url is not None
+
+    @property
+    def recall_on(self) -> bool:
+        """Whether markers name their handles (and the recall tool is offered) when there is
+        a store: unless ``recall = false`` or ``enabled = false``."""
+        return self.recall is not False and self.enabled is not False
 
     def disabled(self) -> StoreConfig:
         """This table with every store turned off (``--no-store``)."""

@@ -35,7 +35,7 @@ from .._defaults import (
 )
 from .._tokens.counters import HeuristicTokenCounter, TokenCounter
 from ..exceptions import ConfigError, LLMUnavailableError, NotSmallerError, UserError
-from ..kit import PinRules
+from ..kit import DEFAULT_RECALL_TEMPLATE, PinRules
 from ..llm._breaker import LLMOutages, watch_outages
 from ..store._memory import DEFAULT_MEMORY_STORE_BYTES, MemoryStore
 from ..store._records import DEFAULT_NAMESPACE
@@ -129,9 +129,10 @@ class CompactionController:
 
     Nothing is lost for good: by default the controller keeps every original a compaction or
     a transform removes in a bounded :class:`~ctxcompact.store.MemoryStore` of its own
-    (``store``), and with ``recall_placeholder`` every marker left in the view names the handle
-    to recall it with (offer the model :func:`ctxcompact.store.recall_tool` of
-    ``controller.store``; the :class:`~ctxcompact.Agent` does). The messages the
+    (``store``), and every marker left in the view names the handle to recall it with (offer
+    the model :func:`ctxcompact.store.recall_tool` of ``controller.store``; the
+    :class:`~ctxcompact.Agent` does). ``recall=False`` keeps the originals but leaves the
+    strategies' plain markers; ``store=None`` keeps nothing. The messages the
     user pins (``pin``, ``pin_patterns``) are checked after every rewrite and put back when a
     strategy lost them (a ``pin_restored`` problem); the built-in guard also keeps system
     messages and the first and newest user message.
@@ -168,12 +169,18 @@ class CompactionController:
             logged at WARNING and reported in ``CompactionResult.store_problem`` /
             ``PreparedRequest.store_problem``.
         store_namespace: Whose originals these are in the store.
-        recall_placeholder: With a store, a template (``{tool_call_id}``, ``{tool_name}``)
-            that every hidden or masked tool result shows instead of the strategy's own
-            placeholder; every other marker (cuts, cleared arguments, the drop note,
-            summaries) then names its handle too, so the model knows how to recall it
-            (``None``: the strategies' markers stay). See
-            :mod:`ctxcompact._controller.store_hook` for the rules.
+        recall: Whether every marker names the handle to recall its original with: hidden
+            and masked tool results show ``recall_placeholder`` instead of the strategy's
+            own placeholder, and cuts, cleared arguments, the guard's drop note and
+            summaries name their handles too, so the model knows how to recall them (see
+            :mod:`ctxcompact._controller.store_hook` for the rules). ``None`` (the
+            default): on whenever there is a store; ``False``: the originals are kept but
+            the strategies' markers stay as they wrote them (what the model is sent is then
+            what it was without a store); ``True``: on, and a store is required.
+        recall_placeholder: The template (``{tool_call_id}``, ``{tool_name}``) of a hidden or
+            masked result's recall placeholder (``None``:
+            :data:`~ctxcompact.store.DEFAULT_RECALL_TEMPLATE`). Giving one asks for recall:
+            it needs a store, and ``recall=False`` refuses it.
         pin: Pins more messages: ``message -> bool``.
         pin_patterns: Pins every message whose text matches one of these (literal texts, or
             RE2 patterns: linear time whatever the pattern; see
@@ -213,8 +220,14 @@ class CompactionController:
         >>> history = [Message.user("x" * 200), Message.user("short")]
         >>> import asyncio
         >>> result = asyncio.run(controller.compact(history))
-        >>> result.event.status, [m.text for m in result.history]
-        ('compacted', ['short'])
+        >>> result.event.status, len(result.history)
+        ('compacted', 1)
+        >>> print(result.history[0].text)  # the default store keeps what went, and says so
+        ... # doctest: +NORMALIZE_WHITESPACE
+        short
+        <BLANKLINE>
+        [ctxcompact: 1 earlier message(s) were dropped to fit the window;
+        recall_tool_result("#r...") lists them]
     """
 
     def __init__(
@@ -233,6 +246,7 @@ class CompactionController:
         max_failures: int = DEFAULT_MAX_FAILURES,
         store: OriginalsStore | Literal["memory"] | None = "memory",
         store_namespace: str = DEFAULT_NAMESPACE,
+        recall: bool | None = None,
         recall_placeholder: str | None = None,
         cache_ttl: float | None = None,
         clock: Callable[[], float] = time.monotonic,
@@ -284,10 +298,17 @@ class CompactionController:
         self.precompute_ratio = precompute_ratio or None
         self.state = ControllerState()
         """The conversation state used when a call passes none."""
-        if recall_placeholder is not None and store is None:
+        if store is None and (recall or recall_placeholder is not None):
+            given = "recall=True" if recall else "recall_placeholder="
             raise UserError(
-                "recall_placeholder= needs store=: placeholders may only promise a recall "
-                "when the originals are kept somewhere"
+                f"{given} needs an originals store: pass store=MemoryStore() or "
+                "SQLiteStore(path) (from ctxcompact.store), or leave store= out for a bounded "
+                "in-memory one; markers may only promise a recall when the originals are kept"
+            )
+        if recall is False and recall_placeholder is not None:
+            raise UserError(
+                "recall_placeholder= is the recall marker's text, and recall=False turns "
+                "recall off: give one or the other"
             )
         if store == "memory":
             store = MemoryStore(max_bytes=DEFAULT_MEMORY_STORE_BYTES)
@@ -297,16 +318,22 @@ class CompactionController:
         """The user's pins (``pin``, ``pin_patterns``); the defaults apply besides."""
         self.store = store
         self.store_namespace = store_namespace
+        template = (
+            None
+            if store is None or recall is False
+            else (DEFAULT_RECALL_TEMPLATE if recall_placeholder is None else recall_placeholder)
+        )
         self._store_hook = (
             None
             if store is None
-            else StoreHook(store, namespace=store_namespace, recall_template=recall_placeholder)
+            else StoreHook(store, namespace=store_namespace, recall_template=template)
         )
-        self.recall_placeholder = recall_placeholder
+        self.recall_placeholder = template
+        """The recall placeholder template in use, or ``None`` when recall is off."""
 
     @property
     def recall(self) -> bool:
-        """Whether markers name the recall tool (a store and a ``recall_placeholder``)."""
+        """Whether markers name the recall tool (a store, and ``recall`` not ``False``)."""
         return self._store_hook is not None and self._store_hook.recall
 
     @classmethod
@@ -329,8 +356,9 @@ class CompactionController:
         ``[compaction.llm]``), the token counter and the config as dependencies; transforms
         are the enabled ``[observation_masking.schema1]``, ``[tool_result_truncation]`` and
         ``[context_guard]`` tables. ``max_context_size`` given here overrides the config's.
-        With a ``[store]`` table, ``controller.store`` is the store it opened: close it
-        (``controller.store.close()``) when done.
+        ``controller.store`` is the store ``[store]`` describes (a bounded in-memory one when
+        it names no ``path`` or ``url``; none with ``enabled = false``): close a file's or a
+        server's (``controller.store.close()``) when done.
 
         Args:
             config: A :class:`~ctxcompact.Config`, or the path of a TOML file (``str`` or
@@ -703,6 +731,7 @@ class CompactionController:
                 loss = Problem.fixed("no_payback", str(weighed), source=name)
                 return self._unchanged(attempt, "noop", (loss,), duration, outage)
         result, pins = self._restore_pins(history, output, name)
+        shaped = result  # before the store hook: its markers copy the messages they extend
         store_problem: Problem | None = None
         if same_messages(result, history):  # it only lost pins, which are back
             return self._unchanged(attempt, "noop", pins, duration, outage)
@@ -744,7 +773,7 @@ class CompactionController:
             outage,
             after=(reported, len(result)),
             rewritten=rewritten,
-            output=result,
+            output=shaped,
             cache_break=breaks_cache(history, result),
         )
         self._emit(event, st)
@@ -997,7 +1026,8 @@ class _Attempt:
         cache_break: bool = False,
     ) -> CompactionEvent:
         """The attempt's event; ``after`` is the result's (tokens, messages) when it changed,
-        ``output`` the history it changed to."""
+        ``output`` the strategy's output (before the store hook's markers), to tell whether
+        it used the summary made ahead."""
         n = len(self.history)
         tokens_after, messages_after = after or (self.tokens, n)
         ahead: AheadUse | None = None

@@ -98,8 +98,14 @@ def _raise_if_llm_missing(event: CompactionEvent | None) -> None:
 
 def run_apply(args: argparse.Namespace) -> int:
     conversation = read_conversation(args.file, fmt=args.format)
+    # No store: the file written outlives this process, so a marker naming a recall handle
+    # would name one that no store holds once the command exits.
     setup = build_setup(
-        args, spec=args.strategy, default_strategy=None, params=[v for _, v in args.param]
+        args,
+        spec=args.strategy,
+        default_strategy=None,
+        params=[v for _, v in args.param],
+        store=False,
     )
     return asyncio.run(_closing(_apply(args, conversation, setup), [setup]))
 
@@ -226,7 +232,7 @@ def run_replay(args: argparse.Namespace) -> int:
         cached_price=args.cached_price,
         token_counter=first.counter_name,
         pricing=args.pricing_table,
-        recall=any(setup.config.store.recall for setup in setups),
+        recall=any(setup.wiring.recall for setup in setups),
         params=tuple({**setup.config.compaction.params, **flags} for setup in setups),
     )
     if args.plot:

@@ -103,8 +103,9 @@ class Setup:
     def make_controller(self) -> CompactionController:
         """A new controller (and a new strategy object: strategies may keep state).
 
-        With ``[store] recall = true`` it gets a fresh in-memory store: a replay measures
-        what recall would give and never writes the configured store's file.
+        It gets a fresh in-memory store (none with ``--no-store`` or ``[store] enabled =
+        false``): a replay measures what recall gives and never writes the configured
+        store's file.
         """
         return self.wiring.controller()
 
@@ -115,6 +116,7 @@ def build_setup(
     spec: str | None,
     default_strategy: str | None,
     params: Sequence[str] = (),
+    store: bool = True,
 ) -> Setup:
     """Read ``--config``, the limits and the token counter for strategy ``spec``.
 
@@ -123,11 +125,12 @@ def build_setup(
     ``--reserved`` override its limits. The parts are built by :func:`~ctxcompact.wire`
     (which loads the strategy now, so a mistake fails before anything is read); the counter
     and the summarizer it is given are wire's own builders' with the replay's meters around
-    them, so the strategy counts and summarizes through the meters.
+    them, so the strategy counts and summarizes through the meters. ``store=False`` (or
+    ``--no-store``): no originals store, so the strategies' plain markers.
     """
     given: Config | None = load_config(args.config) if args.config else None
     config = given if given is not None else Config()
-    if getattr(args, "no_store", False):
+    if not store or getattr(args, "no_store", False):
         config = config.model_copy(update={"store": config.store.disabled()})
     config = _with_llm_flags(args, config)
     cli_params = parse_params(params)

@@ -51,6 +51,13 @@ def controller_for(
     """``controller`` itself, or the one the short form (``strategy`` and ``options``)
     describes. ``where`` names the integration in errors.
 
+    The short form keeps the originals in the controller's default in-memory store but
+    leaves the strategies' plain markers (``recall=False``): the framework's agent has no
+    ``recall_tool_result`` unless its tools include :func:`ctxcompact.store.recall_tool`, so
+    a marker naming it would send the model after a tool it does not have. A ready
+    controller's markers are its own (recall is on by default with a store: give the
+    framework ``recall_tool(controller.store)`` too, or build it with ``recall=False``).
+
     Raises:
         UserError: Both forms, or neither, or a strategy without ``max_context_size``.
         ConfigError: An option is out of range (raised here, not during the run).
@@ -84,6 +91,7 @@ def controller_for(
         token_counter=options.get("token_counter"),
         llm=options.get("llm"),
         on_event=options.get("on_event"),
+        recall=False,
     )
 
 
