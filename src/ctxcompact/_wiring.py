@@ -35,7 +35,7 @@ from ._tokens.windows import context_window
 from .exceptions import ConfigError, LLMRequiredError, StoreError, UserError
 from .llm import CircuitBreakerLLM, FallbackLLM, build_llm
 from .llm._base import SDKAdapter
-from .store._memory import MemoryStore
+from .store._memory import DEFAULT_MEMORY_STORE_BYTES, MemoryStore
 from .store._recall import DEFAULT_RECALL_TEMPLATE
 from .store._redis import RedisStore
 from .store._sqlite import SQLiteStore
@@ -45,6 +45,7 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from ._config.config import FallbackConfig, LLMConfig
+    from ._config.store import StoreConfig
     from ._config.tables import TransformTable
     from ._controller.controller import EventCallback
     from .store._records import OriginalsStore
@@ -181,7 +182,7 @@ class Wiring:
             if self.reload_strategy is not None:
                 strategy = self.reload_strategy()
             if store is None and self.config.store.enabled is not False:
-                store = MemoryStore(max_bytes=self.config.store.max_bytes)
+                store = MemoryStore(max_bytes=_memory_bytes(self.config.store))
         return controller_class(
             strategy,
             max_context_size=size,
@@ -599,12 +600,12 @@ def open_store(config: Config, *, default: Path | None = None) -> OriginalsStore
         except StoreError as exc:  # its text shows the URL without credentials
             raise ConfigError(str(exc), path=_where(config), key="store.url") from exc
     if table.in_memory:
-        return MemoryStore(max_bytes=table.max_bytes)
+        return MemoryStore(max_bytes=_memory_bytes(table))
     if table.enabled is False:
         return None
     path = table.resolved_path(config.path) or default
     if path is None:
-        return MemoryStore(max_bytes=table.max_bytes)
+        return MemoryStore(max_bytes=_memory_bytes(table))
     try:
         return SQLiteStore(path, max_bytes=table.max_bytes)
     except StoreError as exc:
@@ -644,3 +645,12 @@ def _controller_from_config(
 
 
 use_config_builder(_controller_from_config)
+
+
+def _memory_bytes(table: StoreConfig) -> int:
+    """An in-memory store's bound: ``[store] max_bytes`` when given, else the library's
+    in-memory default (:data:`~ctxcompact.store.DEFAULT_MEMORY_STORE_BYTES`, what a controller
+    built in Python gets), not the 256 MiB a file store defaults to."""
+    if "max_bytes" in table.model_fields_set:
+        return table.max_bytes
+    return DEFAULT_MEMORY_STORE_BYTES

@@ -640,7 +640,14 @@ class CompactionController:
                 count=st.failures,
             )
             return self._unchanged(attempt, "circuit_open", (circuit,))
-        if trigger != "cold" and not force and st.retry_at is not None and estimate < st.retry_at:
+        waits = st.retry_at is not None and estimate < st.retry_at
+        # A wait after an optional rewrite that did not pay back its cache break ends when
+        # the history no longer fits the window as it is: the window needs a run now. (A
+        # wait after a run that could not shrink the history holds: re-running it at every
+        # call would loop.)
+        if waits and st.optional_wait and tokens + reserved >= self.max_context_size:
+            waits = False
+        if trigger != "cold" and not force and waits:
             waiting = Problem.fixed(
                 "waiting",
                 f"the last run saved less than {self.min_progress:.0%}; waiting "
@@ -692,6 +699,7 @@ class CompactionController:
         attempt = ran.attempt or attempt  # with the summary made ahead, when there was one
         history, st, estimate, name = attempt.history, attempt.state, attempt.estimate, attempt.name
         output, duration, outage = ran.output, ran.duration, ran.outage
+        st.optional_wait = False
         if output is None or same_messages(output, history):
             st.failures = 0
             if attempt.trigger != "cold":
@@ -728,13 +736,25 @@ class CompactionController:
             if not weighed.pays:
                 st.failures = 0
                 st.retry_at = int(estimate * (1 + self.min_progress))
+                # A refused rewrite that would have fitted: the wait ends when the history
+                # no longer fits as it is (the window then needs it). One that would not have
+                # fitted either waits like any run that saved too little (no loop).
+                fitted = self.token_counter.count(output) + attempt.reserved
+                st.optional_wait = fitted < self.max_context_size
                 loss = Problem.fixed("no_payback", str(weighed), source=name)
                 return self._unchanged(attempt, "noop", (loss,), duration, outage)
         result, pins = self._restore_pins(history, output, name)
         shaped = result  # before the store hook: its markers copy the messages they extend
         store_problem: Problem | None = None
         if same_messages(result, history):  # it only lost pins, which are back
+            st.failures = 0
+            if attempt.trigger != "cold":
+                st.retry_at = int(estimate * (1 + self.min_progress))
             return self._unchanged(attempt, "noop", pins, duration, outage)
+        if pins and estimate and self.token_counter.count(result) >= estimate:
+            # The pins put back made the rewrite as large as the history: no compaction.
+            note = "with the pinned messages it lost put back, its output is not smaller"
+            return self._not_smaller(attempt, note, duration, outage)
         if self._store_hook is not None:  # after `duration`: recording is not the strategy's
             result, store_problem = await self._store_hook.akeep(history, result, st)
             if same_messages(result, history):  # only recall placeholders hidden again
@@ -781,8 +801,9 @@ class CompactionController:
 
     def _needed(self, attempt: _Attempt, output: Sequence[Message]) -> bool:
         """Whether the window needs ``output``: forced (the provider refused the request),
-        or fired at the threshold and brings the history under it with room to grow (it
-        frees at least ``min_progress``). A rewrite that fits with less room keeps a call or
+        it fits a history that does not fit the window as it is, or fired at the threshold
+        and brings the history under it with room to grow (it frees at least
+        ``min_progress``). A rewrite that fits with less room keeps a call or
         two inside the window for a whole re-billed prompt: it is weighed like an optional
         one (:mod:`ctxcompact._controller.payback`)."""
         if attempt.trigger == "forced":
@@ -792,7 +813,11 @@ class CompactionController:
         after = self.token_counter.count(output)
         freed = 1 - after / attempt.estimate if attempt.estimate else 1.0
         fits = after + attempt.reserved < self.max_context_size
-        return fits and freed >= self.min_progress
+        over = attempt.tokens + attempt.reserved >= self.max_context_size
+        # A history over the window cannot be sent as it is: a rewrite that fits it is
+        # needed, however little it frees. (One that does not fit either is weighed: it
+        # would break the cache and the call would still not fit.)
+        return fits and (over or freed >= self.min_progress)
 
     def _not_smaller(
         self, attempt: _Attempt, note: str, duration: float, outage: OutageStatus | None

@@ -154,6 +154,7 @@ class ControllerState:
         "last_call",
         "last_status",
         "namespace",
+        "optional_wait",
         "produced",
         "recall_named",
         "retry_at",
@@ -166,6 +167,9 @@ class ControllerState:
         self.count = RunningCount()
         self.failures = 0
         self.retry_at: int | None = None  # estimate the history must reach before a retry
+        self.optional_wait = False
+        """Whether ``retry_at`` comes from a rewrite the window did not need and that did not
+        pay back its cache break: such a wait ends as soon as the history is over the window."""
         self.last_status: EventStatus | None = None
         self.produced = ProducedMessages()  # placeholders and summaries: never originals
         self.namespace = namespace
@@ -187,6 +191,7 @@ class ControllerState:
         self.count.reset()
         self.failures = 0
         self.retry_at = None
+        self.optional_wait = False
         self.last_call = None
         self.last_status = None
         self.produced = ProducedMessages()

@@ -18,6 +18,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from ..exceptions import ConfigError, ContextBudgetError
+from ..kit import pinned_indices
 from ._guard import ContextGuard
 
 if TYPE_CHECKING:
@@ -69,7 +70,13 @@ def fit_after_summary(
     head, rest = list(output[:start]), list(output[start:])
     room = budget - sum(counter.count_message(m) for m in head)
     try:
-        fitted = _GUARD.guard(rest, budget=max(1, room), token_counter=counter)
+        fitted = _GUARD.guard(
+            rest,
+            budget=max(1, room),
+            token_counter=counter,
+            pinned=pinned_indices(rest, ctx.pin),
+            recall=ctx.recall,
+        )
     except ContextBudgetError as exc:
         logger.warning(
             "the summary leaves ~%d tokens over a budget of %d, and what must be kept "

@@ -1,0 +1,107 @@
+"""What an independent review of the merged controller found (issue 20's pins beside issue
+21's shrink rule and cost-aware trigger): each case failed before its fix."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ctxcompact import CompactionContext, CompactionController, Message
+from ctxcompact.store import DEFAULT_MEMORY_STORE_BYTES, MemoryStore
+from ctxcompact.testing import FunctionStrategy
+
+
+def _exchanges(n: int, size: int) -> list[Message]:
+    history = [Message.user("task")]
+    for i in range(n):
+        history += [
+            Message.assistant(f"step {i} " + "a" * size),
+            Message.user(f"ok {i} " + "b" * 40),
+        ]
+    return history
+
+
+async def test_a_history_over_the_window_takes_a_rewrite_that_fits_it_however_little_it_frees() -> (
+    None
+):
+    # 942 tokens + 100 reserved do not fit 1,000: the call cannot go as it is. A rewrite to
+    # 857 (9% freed, under min_progress) fits: the window needs it, it is not weighed as an
+    # optional rewrite (before: a no_payback noop, then calls over the window "waiting").
+    def drop_oldest(ctx: CompactionContext) -> list[Message]:
+        history = list(ctx.history)
+        return [history[0], *history[3:]]
+
+    controller = CompactionController(
+        FunctionStrategy(drop_oldest), max_context_size=1_000, reserved_context_size=100, store=None
+    )
+    history = _exchanges(11, 195)
+    tokens = controller.token_count(history)
+    assert tokens + 100 >= 1_000
+    controller.observe_usage(None, history)  # a call was made: the cache-aware weighing applies
+    result = await controller.compact(history)
+    assert result.event is not None
+    assert result.event.status == "compacted", [p.kind for p in result.event.problems]
+    assert controller.token_count(result.history) + 100 < 1_000
+
+
+async def test_a_strategy_that_only_loses_pins_waits_like_any_noop() -> None:
+    calls = 0
+
+    def drop_pinned(ctx: CompactionContext) -> list[Message]:
+        nonlocal calls
+        calls += 1
+        return [m for m in ctx.history if "KEEPME" not in m.text]
+
+    controller = CompactionController(
+        FunctionStrategy(drop_pinned),
+        max_context_size=100,
+        reserved_context_size=10,
+        pin_patterns=["KEEPME"],
+    )
+    history = [Message.user("task"), Message.assistant("KEEPME " + "x" * 400), Message.user("now")]
+    statuses = []
+    for _ in range(3):
+        result = await controller.compact(history)
+        assert result.event is not None
+        statuses.append(result.event.status)
+    assert statuses == ["noop", "skipped", "skipped"]
+    assert calls == 1  # no re-run at every call
+
+
+async def test_pins_put_back_that_make_the_output_no_smaller_are_no_compaction() -> None:
+    def summarize(ctx: CompactionContext) -> list[Message]:
+        history = ctx.history
+        return [history[0], Message.user("summary: " + "s" * 300), history[-1]]
+
+    controller = CompactionController(
+        FunctionStrategy(summarize),
+        max_context_size=200,
+        reserved_context_size=10,
+        pin_patterns=["KEEPME"],
+        store=None,
+    )
+    history = [
+        Message.user("task"),
+        Message.assistant("KEEPME " + "x" * 800),
+        Message.assistant("y" * 10),
+        Message.user("now"),
+    ]
+    result = await controller.compact(history)
+    assert result.event is not None
+    assert result.event.status == "noop"
+    assert "not_smaller" in [p.kind for p in result.event.problems]
+    assert list(result.history) == history
+
+
+def test_an_in_memory_store_from_a_config_has_the_documented_bound(tmp_path: Path) -> None:
+    path = tmp_path / "c.toml"
+    path.write_text(
+        '[compaction]\nstrategy = "tool-result-hiding"\n'
+        "max_context_size = 8000\nreserved_context_size = 2000\n"
+    )
+    built = CompactionController.from_config(path)
+    assert isinstance(built.store, MemoryStore)
+    assert built.store.max_bytes == DEFAULT_MEMORY_STORE_BYTES  # as a controller built in Python
+    path.write_text(path.read_text() + "[store]\nmax_bytes = 1000000\n")
+    bounded = CompactionController.from_config(path)
+    assert isinstance(bounded.store, MemoryStore)
+    assert bounded.store.max_bytes == 1_000_000
