@@ -77,8 +77,12 @@ class StandInSummarizer:
 Build = Callable[[int, MemoCounter, StandInSummarizer], CompactionController]
 
 
-def default_controller(make: Callable[[int, StandInSummarizer], object]) -> Build:
-    """A controller with every default but the window: its own store, recall on."""
+def default_controller(
+    make: Callable[[int, StandInSummarizer], object], *, every_rewrite: bool = False
+) -> Build:
+    """A controller with every default but the window: its own store, recall on.
+    ``every_rewrite``: no cost-aware weighing, so that a strategy whose optional rewrites
+    rarely pay back their cache break (input clearing) still removes something to recall."""
 
     def build(window: int, counter: MemoCounter, llm: StandInSummarizer) -> CompactionController:
         return CompactionController(
@@ -87,6 +91,7 @@ def default_controller(make: Callable[[int, StandInSummarizer], object]) -> Buil
             reserved_context_size=window // 4,
             token_counter=counter,
             llm=llm,
+            **({"cache_pricing": None} if every_rewrite else {}),  # type: ignore[arg-type]
         )
 
     return build
@@ -106,7 +111,9 @@ def recommended(window: int, counter: MemoCounter, llm: StandInSummarizer) -> Co
 CASES: dict[str, Build] = {
     "tool-result-hiding": default_controller(lambda w, llm: ToolResultHiding()),
     "schema1-masking": default_controller(lambda w, llm: Schema1Masking()),
-    "tool-input-clearing": default_controller(lambda w, llm: ToolInputClearing()),
+    "tool-input-clearing": default_controller(
+        lambda w, llm: ToolInputClearing(), every_rewrite=True
+    ),
     "context-guard": default_controller(lambda w, llm: ContextGuard()),
     # Its default cut (50,000 characters) is above every result of the traces: cut at the
     # window's size in characters (about a quarter of it in tokens), head and tail 2,000.
