@@ -152,6 +152,7 @@ def per_request(make: Callable[[int, int], Any]) -> Callable[[int, int, MemoCoun
             reserved_context_size=reserved,
             token_counter=counter,
             transforms=(make(window, reserved),),
+            store=None,  # the peers keep nothing: their placeholders reach the model as written
         )
         return controller, None
 
@@ -172,6 +173,7 @@ def before_each_call(
             token_counter=counter,
             max_messages=1,
             min_progress=0.0,
+            store=None,  # the peers keep nothing: their placeholders reach the model as written
         )
         return controller, summarizer
 
