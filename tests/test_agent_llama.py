@@ -46,7 +46,12 @@ def check_answered(agent: Agent, answer: str, user_text: str) -> None:
     assert answer.strip()
     roles = [m.role for m in agent.history]
     assert roles[:2] == ["system", "user"]
-    assert agent.history[1].text == user_text
+    # After a compaction that dropped messages, the agent's default store names them in a note
+    # appended to the task (issue 20): the task itself is there verbatim.
+    task = agent.history[1].text
+    assert task == user_text or (
+        task.startswith(user_text + "\n\n[ctxcompact: ") and "recall_tool_result(" in task
+    )
     if len(roles) > 3:
         assert roles[2:] == ["assistant", "user", "assistant"]
         assert agent.history[3].text == CONTINUE_PROMPT
