@@ -64,6 +64,7 @@ __all__ = [
     "result_handle",
     "strip_notes",
     "truncation_marker",
+    "without_markers",
 ]
 
 RECALL_TOOL_NAME = "recall_tool_result"
@@ -343,3 +344,24 @@ def note_ranges(text: str) -> list[str]:
         if match is not None:
             found += _RANGE_IN_TEXT.findall(match.group(0))
     return found
+
+
+_MARKER_TEXT = re.compile(
+    r'recall_tool_result\(\\?"[^"\\\n]{1,300}\\?"(?:, offset=\d+)?\)'
+    r"|\[cleared: \d+ chars"
+    r"|\[\d+ characters truncated"
+)
+
+
+def without_markers(text: str) -> str:
+    """``text`` without what ctxcompact's markers add to it: the handles a recall form names
+    (as written in a text, or JSON-escaped in a call's arguments), the sizes of the cleared
+    and cut markers, and the notes at its end (:func:`strip_notes`). None of these is a
+    name the conversation uses, so the guard's relevance order does not count them (a
+    masked step would otherwise look like news: its handle is a name seen nowhere else).
+
+    Example:
+        >>> without_markers('fix parse_config [cleared: 300 chars; recall_tool_result("args:w1")]')
+        'fix parse_config  ;  ]'
+    """
+    return _MARKER_TEXT.sub(" ", strip_notes(text))
