@@ -94,8 +94,6 @@ KNOWN_FAILURES = (
     # (the window needs it); on these traces that costs 100.0-100.5% summed.
     "tool-input-clearing 16000/",
     "tool-input-clearing 32000/",
-    # With recall markers on by default (issue 20), one trace at 32k, Anthropic prices: 100.6%.
-    "examples/recommended.toml 32000/anthropic: a trace ",
 )
 """Failures of the check below that are known and open: each is listed in the docs' status
 page. Any other default over 100% fails the test; so does a known one that no longer fails
