@@ -123,6 +123,51 @@ async def test_cleared_arguments_name_their_handle_and_recall_returns_the_argume
         assert check.comes_back(removal, result.history)
 
 
+async def test_arguments_cleared_then_dropped_are_named_by_the_drop_and_come_back() -> None:
+    # Issue 20, found on the tiered recommended configuration: a call cleared by one
+    # compaction and dropped by a later one was listed under a digest of its cleared text,
+    # which names nothing the store holds. A call the clearing left whole, in the same
+    # message, was never stored at all.
+    listed = call("s0", "ls", json.dumps({"path": "."}))
+    history = [
+        user("write the files"),
+        assistant(None, written(0), listed),
+        tool("w0", "ok"),
+        tool("s0", "a.py b.py"),
+        assistant(None, written(1)),
+        tool("w1", "ok"),
+        assistant(None, written(2)),
+        tool("w2", "ok"),
+        assistant("done"),
+    ]
+    clearing = ToolInputClearing(keep_recent=1, min_chars=31)
+
+    def clear_then_drop(ctx: CompactionContext) -> object:
+        if len(clear_then_drop.calls) == 1:  # type: ignore[attr-defined]
+            return clearing.compact(ctx)
+        return [ctx.history[0], *ctx.history[6:]]  # the two oldest steps go
+
+    strategy = FunctionStrategy(clear_then_drop)
+    clear_then_drop.calls = strategy.calls  # type: ignore[attr-defined]
+    controller = recall_controller(strategy)
+    first = await controller.compact(history, force=True)
+    cleared = first.history[1].tool_calls
+    assert cleared is not None
+    assert 'recall_tool_result(\\"args:w0\\")' in cleared[0].arguments
+    assert cleared[1].arguments == listed.arguments  # left whole
+    second = await controller.compact(first.history, force=True)
+    assert second.changed
+    assert check_history(second.history) == []
+    view = second.history
+    removals = removed_originals(history, view)
+    arguments = {r.handle for r in removals if r.call is not None}
+    assert {"args:w0", "args:s0", "args:w1"} <= arguments
+    check = RecallCheck(controller.store)  # type: ignore[arg-type]
+    assert check.lost(removals, view) == []
+    assert recall_whole(controller.store, "args:w0") == written(0).arguments
+    assert recall_whole(controller.store, "args:s0") == listed.arguments
+
+
 # -- the guard's drops ----------------------------------------------------------------------------
 
 

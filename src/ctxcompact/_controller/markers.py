@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from .._history.messages import Message, TextPart
 from ..kit import (
+    CLEARED_RE,
     DROP_MARKER,
     DROP_NOTE_RE,
     RANGE_NOTE_RE,
@@ -31,6 +32,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "NAMED_RE",
+    "cleared_handle",
     "with_cleared_handles",
     "with_drop_note",
     "with_range_note",
@@ -39,6 +41,42 @@ __all__ = [
 
 NAMED_RE = re.compile(r'recall_tool_result\("([^"\n]{1,300})"')
 """A handle a marker names (the first one in a text)."""
+
+
+def cleared_handle(arguments: str) -> tuple[bool, str | None]:
+    """Whether a call's ``arguments`` (JSON) hold a value cleared by the default marker, and
+    the handle its recall form names (``None``: the plain form, nothing to recall).
+
+    Example:
+        >>> cleared_handle('{"path": "a", "text": "[cleared: 300 chars]"}')
+        (True, None)
+        >>> from ctxcompact.kit import cleared_marker
+        >>> cleared_handle(json.dumps({"text": cleared_marker(300, handle="args:w1")}))
+        (True, 'args:w1')
+        >>> cleared_handle('{"path": "a"}')
+        (False, None)
+    """
+    if "[cleared: " not in arguments:
+        return False, None
+    try:
+        value = json.loads(arguments)
+    except ValueError:
+        return False, None
+    cleared = False
+    pending: list[Any] = [value]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, dict):
+            pending.extend(reversed(list(item.values())))
+        elif isinstance(item, list):
+            pending.extend(reversed(item))
+        elif isinstance(item, str):
+            match = CLEARED_RE.fullmatch(item)
+            if match is not None:
+                if match.group(2) is not None:
+                    return True, match.group(2)
+                cleared = True
+    return cleared, None
 
 
 def _map_text(message: Message, change: Callable[[str], str]) -> Message:

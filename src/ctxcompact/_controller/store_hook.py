@@ -61,6 +61,7 @@ from ..store._records import StoredOriginal, counts_evictions
 from ..store._removed import Alignment, Handles, align, records_of, removals_of, text_digest
 from .markers import (
     NAMED_RE,
+    cleared_handle,
     drop_note_count,
     with_cleared_handles,
     with_drop_note,
@@ -286,7 +287,7 @@ class StoreHook:
                 continue
             if not self._produced(removal, produced):
                 recordable.append(removal)
-        gone = [r for r in removals if r.kind in _GONE]
+        gone = [r for r in removals if r.kind in _GONE and not _unheld_cleared(r, produced)]
         targets = _note_targets(after, alignment) if gone else ([], None, False)
         links = {link for r in gone for link in r.links} | self._note_links(before, after)
         if targets[1] is not None:  # its note (an earlier one) gives way to the new one
@@ -339,6 +340,14 @@ class StoreHook:
             if named is not None:
                 return replace(removal, tool_call_id=named.group(1))
             return removal
+        if removal.call is not None and message in produced:
+            # A call a rewrite cleared: its original arguments were stored then, under the
+            # handle its markers name (a digest of the cleared text would name nothing).
+            cleared, named_handle = cleared_handle(removal.call.arguments)
+            if named_handle is not None:
+                return replace(removal, tool_call_id=named_handle)
+            if cleared:
+                return removal
         if seen is None or "@" in removal.handle or removal.handle.startswith("#"):
             return removal
         digest = text_digest(
@@ -356,8 +365,8 @@ class StoreHook:
         (its original was kept when it was produced), or a built-in placeholder (produced by
         another process, or before a restart, on a history resumed from storage)."""
         message = removal.message
-        if removal.call is not None:
-            return message in produced
+        if removal.call is not None:  # a call of a produced message may be left whole
+            return message in produced and cleared_handle(removal.call.arguments)[0]
         if message.role != "tool":
             return False
         return message in produced or is_builtin_placeholder(message)
@@ -517,6 +526,14 @@ def _note_targets(
         return [], added[0], True
     task = next((j for j in range(len(after) - 1, -1, -1) if after[j].role == "user"), None)
     return [], task, False
+
+
+def _unheld_cleared(removal: Removal, produced: ProducedMessages) -> bool:
+    """Whether ``removal`` is a call a rewrite cleared while the store did not hold its
+    original (its markers are the plain ones): a range must not list it."""
+    if removal.call is None or removal.message not in produced:
+        return False
+    return cleared_handle(removal.call.arguments) == (True, None)
 
 
 def _fresh_note(text: str) -> bool:
