@@ -36,6 +36,7 @@ fields), and markers then keep their plain forms, since nothing could be recalle
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import weakref
 from dataclasses import replace
@@ -224,20 +225,38 @@ class StoreHook:
 
         The records are collected first and written in one awaited ``aput``; when that
         fails, the rewrite is decided again as :meth:`keep` decides it after a failed
-        ``put`` (markers keep their plain forms: nothing could be recalled).
+        ``put`` (markers keep their plain forms: nothing could be recalled), and when the
+        store's count of evictions moved, as after a ``put`` that evicted (what it no longer
+        holds keeps its plain marker; the eviction is reported).
         """
         store = self.store
         if not is_async_store(store):
             return self._run(store, before, after, state)
         collected = _Collect()
         out = self._run(collected, before, after, state)
-        if not collected.records:
+        records = collected.records
+        if not records:
             return out
+        counted = store.evictions if counts_evictions(store) else None
         try:
-            await store.aput(*collected.records)
+            await store.aput(*records)
         except Exception as exc:
             return self._run(_Raise(exc), before, after, state)
-        return out
+        now = store.evictions if counts_evictions(store) else None
+        if counted is None or now is None or now == counted:
+            return out
+        try:
+            kept = await asyncio.gather(
+                *(store.aget(r.namespace, r.tool_call_id, position=r.position) for r in records)
+            )
+        except Exception as exc:
+            return self._run(_Raise(exc), before, after, state)
+        held = {
+            r.tool_call_id: k
+            for r, k in zip(records, kept, strict=True)
+            if k is not None and k.content_hash == r.content_hash
+        }
+        return self._run(_Evicted(now - counted, held), before, after, state)
 
     def _run(
         self,
@@ -403,10 +422,10 @@ class StoreHook:
         evicted = now - before
         held = set()
         for record in records:
-            kept = store.get(namespace, record.tool_call_id)
+            kept = store.get(namespace, record.tool_call_id, position=record.position)
             if kept is not None and kept.content_hash == record.content_hash:
                 held.add(record.tool_call_id)
-        name = type(store).__name__
+        name = type(self.store).__name__
         problem = Problem.fixed(
             "store_evicted",
             f"{name} evicted {evicted} least recently stored entries to stay under its size "
@@ -638,6 +657,26 @@ class _Collect:
         self, namespace: str, tool_call_id: str, *, position: int | None = None
     ) -> StoredOriginal | None:
         return None  # never asked: it counts no evictions
+
+
+class _Evicted(_Collect):
+    """Stands for an awaited write that evicted: its ``put`` moves the count by what the
+    store evicted, and ``get`` answers what the store still held when asked afterwards, so
+    the rewrite is decided as after a ``put`` that evicted."""
+
+    def __init__(self, evicted: int, held: dict[str, StoredOriginal]) -> None:
+        super().__init__()
+        self.evictions = 0
+        self._evicted = evicted
+        self._held = held
+
+    def put(self, *records: StoredOriginal) -> None:
+        self.evictions += self._evicted
+
+    def get(
+        self, namespace: str, tool_call_id: str, *, position: int | None = None
+    ) -> StoredOriginal | None:
+        return self._held.get(tool_call_id)
 
 
 class _Raise(_Collect):
