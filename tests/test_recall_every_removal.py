@@ -21,7 +21,17 @@ from ctxcompact import (
     from_openai,
     load_config,
 )
+from ctxcompact._controller.markers import named_handles, without_handles
 from ctxcompact.exceptions import ConfigError
+from ctxcompact.kit import (
+    HIDDEN_PLACEHOLDER,
+    cleared_marker,
+    drop_note,
+    placeholder_pattern,
+    range_note,
+    recall_placeholder,
+    truncation_marker,
+)
 from ctxcompact.replay import RecallCheck
 from ctxcompact.store import (
     DEFAULT_MEMORY_STORE_BYTES,
@@ -32,7 +42,7 @@ from ctxcompact.store import (
     recall_whole,
     removed_originals,
 )
-from ctxcompact.strategies import ContextGuard, ToolInputClearing
+from ctxcompact.strategies import ContextGuard, ToolInputClearing, ToolResultHiding
 from ctxcompact.testing import FunctionStrategy, ScriptedLLM
 
 from .helpers.gen import assistant, call, system, tool, user
@@ -248,6 +258,81 @@ async def test_a_marker_never_promises_what_the_store_evicted(
             for handle in NAMED.findall(text):
                 answer = execute_recall(store, {"tool_call_id": handle})
                 assert "cannot be recalled" not in answer, f"{handle} is promised but gone"
+
+
+def hiding_steps(first: int, last: int) -> list[Message]:
+    out: list[Message] = []
+    for n in range(first, last):
+        out += [assistant(None, call(f"h{n}", "cat")), tool(f"h{n}", f"file {n}\n" + "y" * 600)]
+    return out
+
+
+def promised_handles(view: list[Message]) -> set[str]:
+    return {
+        handle
+        for message in view
+        for text in (message.text, *(c.arguments for c in message.tool_calls or ()))
+        for handle in NAMED.findall(text)
+    }
+
+
+async def test_a_later_eviction_takes_back_the_promise_an_earlier_marker_made(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # The first compaction's markers name originals the store held then; the second one's
+    # write evicts them: the view it returns must not promise them any more.
+    store = MemoryStore(max_bytes=2_800)  # about three originals
+    controller = recall_controller(
+        ToolResultHiding(preserve_recent_n=1), max_context_size=100, store=store
+    )
+    first = await controller.compact([user("task"), *hiding_steps(0, 4)], force=True)
+    assert first.store_problem is None
+    early = promised_handles(first.history)
+    assert early >= {"h0", "h1", "h2"}
+    grown = [*first.history, *hiding_steps(4, 8)]
+    with caplog.at_level(logging.WARNING, logger="ctxcompact.controller"):
+        second = await controller.compact(grown, force=True)
+    assert second.store_problem is not None
+    assert second.store_problem.kind == "store_evicted"
+    assert "evicted" in caplog.text
+    assert check_history(second.history) == []
+    promised = promised_handles(second.history)
+    assert promised, "nothing is promised any more: the test needs a larger bound"
+    for handle in promised:
+        answer = execute_recall(store, {"tool_call_id": handle})
+        assert "cannot be recalled" not in answer, f"{handle} is promised but gone"
+    withdrawn = early - promised
+    assert withdrawn, "no earlier marker was taken back: the test needs a smaller bound"
+    for handle in withdrawn:  # its plain placeholder stands, and a recall says it is gone
+        assert "cannot be recalled" in execute_recall(store, {"tool_call_id": handle})
+    assert sum(m.text == HIDDEN_PLACEHOLDER for m in second.history) >= len(withdrawn)
+
+
+def test_every_kind_of_marker_drops_the_handle_the_store_no_longer_holds() -> None:
+    note = drop_note(6, range_handle="#r0a1b2c3d4e", results=[("Read", "c1"), ("Bash", "c2")])
+    task = user(f"TASK\n\n{note}")
+    assert named_handles(task) == {"#r0a1b2c3d4e", "c1", "c2"}
+    # A listed result gone: the note lists the others.
+    assert without_handles(task, {"c1"}).text == "TASK\n\n" + drop_note(
+        6, range_handle="#r0a1b2c3d4e", results=[("Bash", "c2")]
+    )
+    # Its range gone: the plain note, which promises nothing.
+    assert without_handles(task, {"#r0a1b2c3d4e"}).text == "TASK\n\n" + drop_note(6)
+    summary = assistant("the summary" + range_note(4, "#r0a1b2c3d4e"))
+    assert without_handles(summary, {"#r0a1b2c3d4e"}).text == "the summary"
+    cut = tool("c3", "head" + truncation_marker(900, handle="c3", offset=2) + "tail")
+    assert without_handles(cut, {"c3"}).text == "head" + truncation_marker(900) + "tail"
+    value = {"path": "a.py", "content": cleared_marker(800, handle="args:w1")}
+    cleared = assistant(None, call("w1", "write_file", json.dumps(value)))
+    plain = without_handles(cleared, {"args:w1"}).tool_calls
+    assert plain is not None
+    assert json.loads(plain[0].arguments) == {"path": "a.py", "content": cleared_marker(800)}
+    hidden = tool("c4", recall_placeholder("c4"))
+    pattern = placeholder_pattern(DEFAULT_RECALL_TEMPLATE)
+    assert without_handles(hidden, {"c4"}, placeholder=pattern).text == HIDDEN_PLACEHOLDER
+    # What the store still holds is left as it was: the same object.
+    for message in (task, summary, cut, cleared, hidden):
+        assert without_handles(message, {"other"}, placeholder=pattern) is message
 
 
 # -- pins -------------------------------------------------------------------------------------

@@ -421,3 +421,37 @@ async def test_a_small_redis_store_reports_its_evictions_and_no_marker_promises_
         assert not answer.startswith("Error")
         assert f"'{evicted[0]}'" in answer
         assert "cannot be recalled" in answer
+
+
+async def test_a_later_eviction_in_redis_takes_back_an_earlier_markers_promise(
+    redis_server: RedisServer, prefix: str
+) -> None:
+    # The controller awaits RedisStore: its async path must ask Redis, after a write that
+    # evicted, which of the handles the view's markers name it still holds.
+    with RedisStore(redis_server.url, prefix=prefix, max_bytes=5_000) as store:
+        controller = CompactionController(
+            ToolResultHiding(preserve_recent_n=1),
+            max_context_size=100,
+            reserved_context_size=0,
+            store=store,
+        )
+        first = await controller.compact(history(3), force=True)
+        assert first.store_problem is None
+        early = {h for m in first.history for h in NAMED.findall(m.text)}
+        assert early >= {"c0", "c1"}
+        grown = [*first.history]
+        for n in range(3, 7):
+            body = "\n".join(f"row {n}.{k}: {'x' * 40}" for k in range(12))
+            grown += [assistant(None, call(f"c{n}", "cat")), tool(f"c{n}", body)]
+        second = await controller.compact([*grown, assistant("done")], force=True)
+        assert second.store_problem is not None
+        assert second.store_problem.kind == "store_evicted"
+        promised = {h for m in second.history for h in NAMED.findall(m.text)}
+        assert promised
+        for handle in promised:
+            answer = execute_recall(store, {"tool_call_id": handle})
+            assert "cannot be recalled" not in answer, f"{handle} is promised but gone"
+        withdrawn = early - promised
+        assert withdrawn, "no earlier marker was taken back: the test needs a smaller bound"
+        for handle in withdrawn:
+            assert "cannot be recalled" in execute_recall(store, {"tool_call_id": handle})

@@ -16,9 +16,11 @@ its handle and ``recall_tool_result``, whatever strategy wrote it:
 * a summary ends with a note naming the range it replaces.
 
 A marker promises a recall only while the store holds the original: when a store that counts
-its evictions (:class:`~ctxcompact.store.CountsEvictions`) evicted some during the ``put``,
-what it no longer holds keeps the plain marker, and the eviction is reported (a
-``store_evicted`` problem, a WARNING line with counts only). Three exceptions keep the rewrite
+its evictions (:class:`~ctxcompact.store.CountsEvictions`) evicted some during the ``put``
+(or the awaited ``aput``), what it no longer holds keeps the plain marker, the markers an
+earlier rewrite left in the view for what went are put back in their plain forms
+(:func:`~.markers.without_handles`), and the eviction is reported (a ``store_evicted``
+problem, a WARNING line with counts only). Three exceptions keep the rewrite
 honest:
 
 * a replacement that already names ``recall_tool_result`` and the right handle is kept;
@@ -64,10 +66,12 @@ from .markers import (
     NAMED_RE,
     cleared_handle,
     drop_note_count,
+    named_handles,
     with_cleared_handles,
     with_drop_note,
     with_range_note,
     with_truncation_handle,
+    without_handles,
 )
 from .problems import Problem, describe_error
 
@@ -245,17 +249,22 @@ class StoreHook:
         now = store.evictions if counts_evictions(store) else None
         if counted is None or now is None or now == counted:
             return out
+        # What the store holds now, asked of it once: what was just stored, and what the
+        # markers of the view name (an earlier rewrite's originals may be among what went).
+        fresh = {r.tool_call_id for r in records}
+        named: set[str] = set()
+        for message in out[0]:
+            named |= named_handles(message)
+        older = sorted(named - fresh)
+        namespace = records[0].namespace
         try:
-            kept = await asyncio.gather(
-                *(store.aget(r.namespace, r.tool_call_id, position=r.position) for r in records)
+            found = await asyncio.gather(
+                *(store.aget(r.namespace, r.tool_call_id, position=r.position) for r in records),
+                *(store.aget(namespace, h) for h in older),
             )
         except Exception as exc:
             return self._run(_Raise(exc), before, after, state)
-        held = {
-            r.tool_call_id: k
-            for r, k in zip(records, kept, strict=True)
-            if k is not None and k.content_hash == r.content_hash
-        }
+        held = dict(zip([*(r.tool_call_id for r in records), *older], found, strict=True))
         return self._run(_Evicted(now - counted, held), before, after, state)
 
     def _run(
@@ -331,6 +340,7 @@ class StoreHook:
         if unrecordable is not None:
             error = self._failed(unrecordable)
         held = self._put(store, records, namespace)
+        evicted = isinstance(held, tuple)
         if isinstance(held, Problem):
             error, held = held, set()
         elif isinstance(held, tuple):
@@ -343,7 +353,24 @@ class StoreHook:
         out = self._render(after, alignment, removals, promised, named_span, targets)
         for j, message in restored.items():
             out[j] = message
+        if evicted:  # what an earlier rewrite stored may be among what went
+            out = self._withdraw(store, out, held, namespace)
         return out, error
+
+    def _withdraw(
+        self, store: _Puts, out: list[Message], held: set[str], namespace: str
+    ) -> list[Message]:
+        """``out`` with the markers that name a handle the store no longer holds in their
+        plain forms (asked only after a write that evicted)."""
+        named: set[str] = set()
+        for message in out:
+            named |= named_handles(message)
+        gone = {h for h in named - held if store.get(namespace, h) is None}
+        if not gone:
+            return out
+        assert self.recall_template is not None
+        pattern = placeholder_pattern(self.recall_template)
+        return [without_handles(m, gone, placeholder=pattern) for m in out]
 
     # -- handles -------------------------------------------------------------------------------
 
@@ -664,7 +691,7 @@ class _Evicted(_Collect):
     store evicted, and ``get`` answers what the store still held when asked afterwards, so
     the rewrite is decided as after a ``put`` that evicted."""
 
-    def __init__(self, evicted: int, held: dict[str, StoredOriginal]) -> None:
+    def __init__(self, evicted: int, held: dict[str, StoredOriginal | None]) -> None:
         super().__init__()
         self.evictions = 0
         self._evicted = evicted
