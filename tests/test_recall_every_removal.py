@@ -21,17 +21,8 @@ from ctxcompact import (
     from_openai,
     load_config,
 )
-from ctxcompact._controller.markers import named_handles, without_handles
 from ctxcompact.exceptions import ConfigError
-from ctxcompact.kit import (
-    HIDDEN_PLACEHOLDER,
-    cleared_marker,
-    drop_note,
-    placeholder_pattern,
-    range_note,
-    recall_placeholder,
-    truncation_marker,
-)
+from ctxcompact.kit import HIDDEN_PLACEHOLDER
 from ctxcompact.replay import RecallCheck
 from ctxcompact.store import (
     DEFAULT_MEMORY_STORE_BYTES,
@@ -306,33 +297,6 @@ async def test_a_later_eviction_takes_back_the_promise_an_earlier_marker_made(
     for handle in withdrawn:  # its plain placeholder stands, and a recall says it is gone
         assert "cannot be recalled" in execute_recall(store, {"tool_call_id": handle})
     assert sum(m.text == HIDDEN_PLACEHOLDER for m in second.history) >= len(withdrawn)
-
-
-def test_every_kind_of_marker_drops_the_handle_the_store_no_longer_holds() -> None:
-    note = drop_note(6, range_handle="#r0a1b2c3d4e", results=[("Read", "c1"), ("Bash", "c2")])
-    task = user(f"TASK\n\n{note}")
-    assert named_handles(task) == {"#r0a1b2c3d4e", "c1", "c2"}
-    # A listed result gone: the note lists the others.
-    assert without_handles(task, {"c1"}).text == "TASK\n\n" + drop_note(
-        6, range_handle="#r0a1b2c3d4e", results=[("Bash", "c2")]
-    )
-    # Its range gone: the plain note, which promises nothing.
-    assert without_handles(task, {"#r0a1b2c3d4e"}).text == "TASK\n\n" + drop_note(6)
-    summary = assistant("the summary" + range_note(4, "#r0a1b2c3d4e"))
-    assert without_handles(summary, {"#r0a1b2c3d4e"}).text == "the summary"
-    cut = tool("c3", "head" + truncation_marker(900, handle="c3", offset=2) + "tail")
-    assert without_handles(cut, {"c3"}).text == "head" + truncation_marker(900) + "tail"
-    value = {"path": "a.py", "content": cleared_marker(800, handle="args:w1")}
-    cleared = assistant(None, call("w1", "write_file", json.dumps(value)))
-    plain = without_handles(cleared, {"args:w1"}).tool_calls
-    assert plain is not None
-    assert json.loads(plain[0].arguments) == {"path": "a.py", "content": cleared_marker(800)}
-    hidden = tool("c4", recall_placeholder("c4"))
-    pattern = placeholder_pattern(DEFAULT_RECALL_TEMPLATE)
-    assert without_handles(hidden, {"c4"}, placeholder=pattern).text == HIDDEN_PLACEHOLDER
-    # What the store still holds is left as it was: the same object.
-    for message in (task, summary, cut, cleared, hidden):
-        assert without_handles(message, {"other"}, placeholder=pattern) is message
 
 
 # -- pins -------------------------------------------------------------------------------------
