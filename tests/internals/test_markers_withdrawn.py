@@ -19,8 +19,7 @@ from ctxcompact.kit import (
     truncation_marker,
 )
 from ctxcompact.store import DEFAULT_RECALL_TEMPLATE
-
-from ..helpers.gen import assistant, call, tool, user
+from tests.helpers.gen import assistant, call, tool, user
 
 
 def test_every_kind_of_marker_drops_the_handle_the_store_no_longer_holds() -> None:
