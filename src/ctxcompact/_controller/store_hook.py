@@ -16,9 +16,11 @@ its handle and ``recall_tool_result``, whatever strategy wrote it:
 * a summary ends with a note naming the range it replaces.
 
 A marker promises a recall only while the store holds the original: when a store that counts
-its evictions (:class:`~ctxcompact.store.CountsEvictions`) evicted some during the ``put``,
-what it no longer holds keeps the plain marker, and the eviction is reported (a
-``store_evicted`` problem, a WARNING line with counts only). Three exceptions keep the rewrite
+its evictions (:class:`~ctxcompact.store.CountsEvictions`) evicted some during the ``put``
+(or the awaited ``aput``), what it no longer holds keeps the plain marker, the markers an
+earlier rewrite left in the view for what went are put back in their plain forms
+(:func:`~.markers.without_handles`), and the eviction is reported (a ``store_evicted``
+problem, a WARNING line with counts only). Three exceptions keep the rewrite
 honest:
 
 * a replacement that already names ``recall_tool_result`` and the right handle is kept;
@@ -36,6 +38,7 @@ fields), and markers then keep their plain forms, since nothing could be recalle
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import weakref
 from dataclasses import replace
@@ -62,11 +65,14 @@ from ..store._records import StoredOriginal, counts_evictions
 from ..store._removed import Alignment, Handles, align, records_of, removals_of, text_digest
 from .markers import (
     NAMED_RE,
+    cleared_handle,
     drop_note_count,
+    named_handles,
     with_cleared_handles,
     with_drop_note,
     with_range_note,
     with_truncation_handle,
+    without_handles,
 )
 from .problems import Problem, describe_error
 
@@ -224,20 +230,43 @@ class StoreHook:
 
         The records are collected first and written in one awaited ``aput``; when that
         fails, the rewrite is decided again as :meth:`keep` decides it after a failed
-        ``put`` (markers keep their plain forms: nothing could be recalled).
+        ``put`` (markers keep their plain forms: nothing could be recalled), and when the
+        store's count of evictions moved, as after a ``put`` that evicted (what it no longer
+        holds keeps its plain marker; the eviction is reported).
         """
         store = self.store
         if not is_async_store(store):
             return self._run(store, before, after, state)
         collected = _Collect()
         out = self._run(collected, before, after, state)
-        if not collected.records:
+        records = collected.records
+        if not records:
             return out
+        counted = store.evictions if counts_evictions(store) else None
         try:
-            await store.aput(*collected.records)
+            await store.aput(*records)
         except Exception as exc:
             return self._run(_Raise(exc), before, after, state)
-        return out
+        now = store.evictions if counts_evictions(store) else None
+        if counted is None or now is None or now == counted:
+            return out
+        # What the store holds now, asked of it once: what was just stored, and what the
+        # markers of the view name (an earlier rewrite's originals may be among what went).
+        fresh = {r.tool_call_id for r in records}
+        named: set[str] = set()
+        for message in out[0]:
+            named |= named_handles(message)
+        older = sorted(named - fresh)
+        namespace = records[0].namespace
+        try:
+            found = await asyncio.gather(
+                *(store.aget(r.namespace, r.tool_call_id, position=r.position) for r in records),
+                *(store.aget(namespace, h) for h in older),
+            )
+        except Exception as exc:
+            return self._run(_Raise(exc), before, after, state)
+        held = dict(zip([*(r.tool_call_id for r in records), *older], found, strict=True))
+        return self._run(_Evicted(now - counted, held), before, after, state)
 
     def _run(
         self,
@@ -287,7 +316,7 @@ class StoreHook:
                 continue
             if not self._produced(removal, produced):
                 recordable.append(removal)
-        gone = [r for r in removals if r.kind in _GONE]
+        gone = [r for r in removals if r.kind in _GONE and not _unheld_cleared(r, produced)]
         targets = _note_targets(after, alignment) if gone else ([], None, False)
         links = {link for r in gone for link in r.links} | self._note_links(before, after)
         if targets[1] is not None:  # its note (an earlier one) gives way to the new one
@@ -312,6 +341,7 @@ class StoreHook:
         if unrecordable is not None:
             error = self._failed(unrecordable)
         held = self._put(store, records, namespace)
+        evicted = isinstance(held, tuple)
         if isinstance(held, Problem):
             error, held = held, set()
         elif isinstance(held, tuple):
@@ -324,7 +354,24 @@ class StoreHook:
         out = self._render(after, alignment, removals, promised, named_span, targets)
         for j, message in restored.items():
             out[j] = message
+        if evicted:  # what an earlier rewrite stored may be among what went
+            out = self._withdraw(store, out, held, namespace)
         return out, error
+
+    def _withdraw(
+        self, store: _Puts, out: list[Message], held: set[str], namespace: str
+    ) -> list[Message]:
+        """``out`` with the markers that name a handle the store no longer holds in their
+        plain forms (asked only after a write that evicted)."""
+        named: set[str] = set()
+        for message in out:
+            named |= named_handles(message)
+        gone = {h for h in named - held if store.get(namespace, h) is None}
+        if not gone:
+            return out
+        assert self.recall_template is not None
+        pattern = placeholder_pattern(self.recall_template)
+        return [without_handles(m, gone, placeholder=pattern) for m in out]
 
     # -- handles -------------------------------------------------------------------------------
 
@@ -340,6 +387,14 @@ class StoreHook:
             if named is not None:
                 return replace(removal, tool_call_id=named.group(1))
             return removal
+        if removal.call is not None and message in produced:
+            # A call a rewrite cleared: its original arguments were stored then, under the
+            # handle its markers name (a digest of the cleared text would name nothing).
+            cleared, named_handle = cleared_handle(removal.call.arguments)
+            if named_handle is not None:
+                return replace(removal, tool_call_id=named_handle)
+            if cleared:
+                return removal
         if seen is None or "@" in removal.handle or removal.handle.startswith("#"):
             return removal
         digest = text_digest(
@@ -357,8 +412,8 @@ class StoreHook:
         (its original was kept when it was produced), or a built-in placeholder (produced by
         another process, or before a restart, on a history resumed from storage)."""
         message = removal.message
-        if removal.call is not None:
-            return message in produced
+        if removal.call is not None:  # a call of a produced message may be left whole
+            return message in produced and cleared_handle(removal.call.arguments)[0]
         if message.role != "tool":
             return False
         return message in produced or is_builtin_placeholder(message)
@@ -395,10 +450,10 @@ class StoreHook:
         evicted = now - before
         held = set()
         for record in records:
-            kept = store.get(namespace, record.tool_call_id)
+            kept = store.get(namespace, record.tool_call_id, position=record.position)
             if kept is not None and kept.content_hash == record.content_hash:
                 held.add(record.tool_call_id)
-        name = type(store).__name__
+        name = type(self.store).__name__
         problem = Problem.fixed(
             "store_evicted",
             f"{name} evicted {evicted} least recently stored entries to stay under its size "
@@ -520,6 +575,14 @@ def _note_targets(
     return [], task, False
 
 
+def _unheld_cleared(removal: Removal, produced: ProducedMessages) -> bool:
+    """Whether ``removal`` is a call a rewrite cleared while the store did not hold its
+    original (its markers are the plain ones): a range must not list it."""
+    if removal.call is None or removal.message not in produced:
+        return False
+    return cleared_handle(removal.call.arguments) == (True, None)
+
+
 def _fresh_note(text: str) -> bool:
     """Whether ``text`` ends with a drop note this rewrite wrote: the plain form, or the
     recall form naming a strategy's stand-in range."""
@@ -623,6 +686,26 @@ class _Collect:
         self, namespace: str, tool_call_id: str, *, position: int | None = None
     ) -> StoredOriginal | None:
         return None  # never asked: it counts no evictions
+
+
+class _Evicted(_Collect):
+    """Stands for an awaited write that evicted: its ``put`` moves the count by what the
+    store evicted, and ``get`` answers what the store still held when asked afterwards, so
+    the rewrite is decided as after a ``put`` that evicted."""
+
+    def __init__(self, evicted: int, held: dict[str, StoredOriginal | None]) -> None:
+        super().__init__()
+        self.evictions = 0
+        self._evicted = evicted
+        self._held = held
+
+    def put(self, *records: StoredOriginal) -> None:
+        self.evictions += self._evicted
+
+    def get(
+        self, namespace: str, tool_call_id: str, *, position: int | None = None
+    ) -> StoredOriginal | None:
+        return self._held.get(tool_call_id)
 
 
 class _Raise(_Collect):

@@ -281,10 +281,12 @@ class OriginalsStore(Protocol):
 class CountsEvictions(Protocol):
     """An optional ability of a store: it counts the entries its size bound evicted.
 
-    The controller reads the count before and after each ``put``: when it moved, it checks
+    The controller reads the count before and after each ``put`` (or awaited ``aput``): when
+    it moved, it checks
     that what it just stored is still there before a marker promises a recall, and reports
     the eviction (a ``store_evicted`` problem, a WARNING line without content).
-    :class:`~ctxcompact.store.MemoryStore` and :class:`~ctxcompact.store.SQLiteStore` count.
+    :class:`~ctxcompact.store.MemoryStore`, :class:`~ctxcompact.store.SQLiteStore` and
+    :class:`~ctxcompact.store.RedisStore` count.
 
     Example:
         >>> from ctxcompact.store import MemoryStore
