@@ -8,9 +8,7 @@ from pathlib import Path
 import pytest
 
 from ctxcompact import Agent, CompactionContext, Completion, Message, Tool, ToolCall, check_history
-from ctxcompact._controller.store_hook import is_builtin_placeholder
 from ctxcompact.exceptions import ConfigError
-from ctxcompact.kit import LEGACY_RECALL_TEMPLATE
 from ctxcompact.store import (
     DEFAULT_RECALL_LINES,
     MAX_RECALL_CHARS,
@@ -251,16 +249,6 @@ def test_the_placeholder_names_the_tool_and_the_id_and_is_configurable() -> None
         recall_placeholder("c1", template="{tool_call_id} {chars}")
     with pytest.raises(ConfigError, match="invalid recall template"):
         recall_placeholder("c1", template="{tool_call_id")
-
-
-def test_a_placeholder_in_the_earlier_wording_is_still_known_as_a_placeholder() -> None:
-    # A history written before the shorter default: its placeholders are no originals.
-    earlier = LEGACY_RECALL_TEMPLATE.format(tool_call_id="call_7", tool_name="cat")
-    assert earlier == '[tool result hidden: call recall_tool_result("call_7") to see it again]'
-    assert len(recall_placeholder("call_7")) < len(earlier) - 30
-    assert is_builtin_placeholder(Message.tool("call_7", earlier))
-    assert is_builtin_placeholder(Message.tool("call_7", recall_placeholder("call_7")))
-    assert not is_builtin_placeholder(Message.tool("call_7", "call_7 finished"))
 
 
 async def test_the_tool_reads_a_sqlite_store(tmp_path: Path) -> None:

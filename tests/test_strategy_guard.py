@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import json
 import logging
 from typing import Any
 
@@ -26,12 +25,10 @@ from ctxcompact.exceptions import CompactionError, ConfigError, ContextBudgetErr
 from ctxcompact.kit import (
     DROP_NOTE_RE,
     STAND_IN_RANGE,
-    cleared_marker,
     pinned_indices,
     recall_placeholder,
 )
 from ctxcompact.strategies import DROP_MARKER, ContextGuard
-from ctxcompact.strategies._relevance import Relevance
 from tests.helpers.gen import (
     assistant,
     call,
@@ -834,9 +831,3 @@ def test_relevance_counts_no_marker_handle_as_a_name() -> None:
     assert out is not None
     assert h[4] in out
     assert h[2] not in out
-    assert Relevance().names(h[2]) == frozenset()
-    cleared = assistant(
-        None,
-        call(handle, "Write", json.dumps({"text": cleared_marker(2029, handle="args:" + handle)})),
-    )
-    assert Relevance().names(cleared) == frozenset()

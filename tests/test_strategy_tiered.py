@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 from pathlib import Path
 
@@ -20,7 +19,6 @@ from ctxcompact import (
 from ctxcompact.exceptions import ConfigError, LLMTimeoutError, StrategyLoadError
 from ctxcompact.kit import recall_placeholder
 from ctxcompact.strategies import SUMMARY_PREFIX, Tiered, ToolResultHiding
-from ctxcompact.strategies._tiered import recall_extra
 from ctxcompact.testing import (
     FunctionStrategy,
     ScriptedLLM,
@@ -242,36 +240,3 @@ async def test_with_the_default_store_the_recall_markers_are_costed_and_the_targ
     assert COUNT.count(view) <= target
     assert sum(m.text.startswith('[hidden: recall_tool_result("toolu_') for m in view) > 90
     assert check_history(view) == []
-
-
-async def test_the_recall_forms_it_costs_are_the_ones_the_controller_writes() -> None:
-    # Masked results and cleared arguments, plain from the tiers: what recall_extra adds to
-    # their count is exactly what the store hook's recall forms add (a result shorter than
-    # its placeholder comes back whole, and is costed whole).
-    h = [system("S"), user("Write the modules.")]
-    for k in range(30):
-        cid = f"call_{k:04d}"
-        body = json.dumps({"path": f"src/m{k}.py", "text": "x = 1\n" * 60})
-        h += [assistant(None, call(cid, "Write", body)), tool(cid, "ok" if k % 3 else "w" * 900)]
-    assert COUNT.count(h) > 7_000
-    strategy = Tiered(tiers=["mask", "clear"], fill=0.15)  # the two tiers reach the target
-    plain = await check_strategy_invariants(
-        strategy, h, max_context_size=20_000, reserved_context_size=0, token_counter=COUNT
-    )
-    assert plain is not None
-    assert len(plain) == len(h)
-    extra = recall_extra(h, plain, COUNT)
-    assert extra is not None
-    assert any(m.text == "[masked]" for m in plain)
-    assert any("[cleared: 360 chars]" in (m.tool_calls or ())[0].arguments for m in plain[2::2])
-    hook = CompactionController(
-        FunctionStrategy(lambda ctx: list(plain)),  # the same output, given to the hook
-        max_context_size=7_000,
-        reserved_context_size=0,
-        token_counter=COUNT,
-    )
-    result = await hook.compact(h)
-    assert result.event is not None
-    view = list(result.history)
-    assert any("recall_tool_result(" in m.text for m in view if m.role == "tool")
-    assert COUNT.count(view) == COUNT.count(plain) + sum(extra)
