@@ -194,7 +194,7 @@ class CompactionController:
         clock: The time source for ``cache_ttl`` (seconds; a replay passes the recording's).
         cache_pricing: The cache prices a rewrite the window does not need is weighed at:
             one that does not bring the history under the threshold, or that a ratio or
-            ``max_messages`` trigger fired, is kept only if what it frees, over as many
+            ``max_messages`` trigger fired, is kept only if what it frees, over half as many
             calls as the conversation has made, pays for the cache writes it causes
             (:mod:`ctxcompact._controller.payback`); otherwise it is a ``noop`` with a
             ``no_payback`` problem. Default: reads at 0.1, writes at 1.25 (Anthropic's, the
@@ -204,8 +204,10 @@ class CompactionController:
         precompute_ratio: With a strategy that can summarize ahead of time
             (:class:`~ctxcompact.SummarizesAhead`: ``LLMSummary``, ``HidingThenSummary``, a
             ``Pipeline`` with one of them), start its summary in the background once the
-            conversation reaches this fraction of the trigger (the KLIP-13 threshold, or
-            ``trigger_ratio``'s when lower), and swap it in when the trigger fires: the
+            conversation is past this fraction of the trigger (the KLIP-13 threshold, or
+            ``trigger_ratio``'s when lower) and the next call may reach the trigger (the
+            history plus the most one call has added to it so far: a conversation that ends
+            below its trigger pays for no summary), and swap it in when it fires: the
             prompt cache holds until then, and the agent does not wait for the summarizer
             unless the summary is still being written (see :mod:`ctxcompact._controller.ahead`).
             ``None`` or ``0``: summaries are written when the trigger fires.
