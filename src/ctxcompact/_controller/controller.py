@@ -762,7 +762,7 @@ class CompactionController:
             # proxy) cannot know what was sent before, and keeps every valid rewrite.
             weighed = (
                 None
-                if self._needed(attempt, output, sent)
+                if self._needed(attempt, sent)
                 else payback(history, sent, self.token_counter, self.cache_pricing)
             )
             if weighed is not None and not weighed.pays:
@@ -831,31 +831,25 @@ class CompactionController:
         self._emit(event, st)
         return CompactionResult(result, event, store_problem)
 
-    def _needed(
-        self, attempt: _Attempt, output: Sequence[Message], sent: Sequence[Message]
-    ) -> bool:
-        """Whether the window needs ``output`` (``sent``: as it will be sent, with the store
-        hook's markers): forced (the provider refused the request), it fits a history that
-        does not fit the window as it is, or fired at the threshold and brings the history
-        under it with room to grow (it frees at least ``min_progress``). A rewrite that fits
-        with less room keeps a call or two inside the window for a whole re-billed prompt: it
-        is weighed like an optional one (:mod:`ctxcompact._controller.payback`)."""
+    def _needed(self, attempt: _Attempt, output: Sequence[Message]) -> bool:
+        """Whether the window needs ``output``: forced (the provider refused the request),
+        it fits a history that does not fit the window as it is, or fired at the threshold
+        and brings the history under it with room to grow (it frees at least
+        ``min_progress``). A rewrite that fits with less room keeps a call or
+        two inside the window for a whole re-billed prompt: it is weighed like an optional
+        one (:mod:`ctxcompact._controller.payback`)."""
         if attempt.trigger == "forced":
             return True
         if attempt.trigger != "threshold":
             return False
-        count, room = self.token_counter.count, self.max_context_size - attempt.reserved
-        after = count(output)
+        after = self.token_counter.count(output)
         freed = 1 - after / attempt.estimate if attempt.estimate else 1.0
-        over = attempt.tokens >= room
-        # A history over the window cannot be sent as it is: a rewrite that fits it as it
-        # will be sent is needed, however little it frees. (One that does not fit either is
-        # weighed: it would break the cache and the call would still not fit.) One that
-        # frees min_progress is needed when it fits as the strategy wrote it: a strategy
-        # that fits its output to the window does not count the markers added after it
-        # (a summary's range note, ~30 tokens), and the next run, never held back after a
-        # saving that large, makes the room they took.
-        return (over and count(sent) < room) or (after < room and freed >= self.min_progress)
+        fits = after + attempt.reserved < self.max_context_size
+        over = attempt.tokens + attempt.reserved >= self.max_context_size
+        # A history over the window cannot be sent as it is: a rewrite that fits it is
+        # needed, however little it frees. (One that does not fit either is weighed: it
+        # would break the cache and the call would still not fit.)
+        return fits and (over or freed >= self.min_progress)
 
     def _not_smaller(
         self, attempt: _Attempt, note: str, duration: float, outage: OutageStatus | None
