@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ctxcompact import CompactionContext, CompactionController, Message, ToolCall
+from ctxcompact import CompactionContext, CompactionController, Message
 from ctxcompact.store import DEFAULT_MEMORY_STORE_BYTES, MemoryStore
 from ctxcompact.testing import FunctionStrategy
 
@@ -105,42 +105,3 @@ def test_an_in_memory_store_from_a_config_has_the_documented_bound(tmp_path: Pat
     bounded = CompactionController.from_config(path)
     assert isinstance(bounded.store, MemoryStore)
     assert bounded.store.max_bytes == 1_000_000
-
-
-async def test_a_rewrite_is_weighed_as_it_will_be_sent_with_its_recall_markers() -> None:
-    # Issue 21: input clearing's rewrite fitted the window as the strategy wrote it, but the
-    # default store's recall markers (longer than the strategy's own) took it back over: it was
-    # kept as needed, broke the prompt cache, and the call still did not fit. Here 20 results
-    # of 60 characters become "[masked]", which fits; with recall placeholders it does not.
-    def mask_all(ctx: CompactionContext) -> list[Message]:
-        return [m.replace(content="[masked]") if m.role == "tool" else m for m in ctx.history]
-
-    history: list[Message] = [Message.user("task")]
-    for i in range(20):
-        call = ToolCall(id=f"c{i:02d}", name="read", arguments="{}")
-        history += [Message.assistant(None, tool_calls=[call]), Message.tool(call.id, "r" * 60)]
-
-    def controller(**options: bool) -> CompactionController:
-        built = CompactionController(
-            FunctionStrategy(mask_all), max_context_size=700, reserved_context_size=100, **options
-        )
-        built.observe_usage(None, history)  # a call was made: the weighing applies
-        return built
-
-    marked = controller()
-    assert marked.token_count(history) + 100 >= 700  # over the window as it is
-    written = mask_all(CompactionContext(history, 0, 700, 100))
-    assert marked.token_counter.count(written) + 100 < 700  # fits as the strategy wrote it
-    result = await marked.compact(history)
-    assert result.event is not None
-    assert result.event.status == "noop", result.event
-    assert [p.kind for p in result.event.problems] == ["no_payback"]
-    assert result.history is history
-    assert isinstance(marked.store, MemoryStore)
-    assert marked.store.total_bytes == 0  # weighing stored nothing
-    # With plain markers (recall off) the same rewrite fits: the window needs it, it is kept.
-    plain = controller(recall=False)
-    kept = await plain.compact(history)
-    assert kept.event is not None
-    assert kept.event.status == "compacted"
-    assert plain.token_count(kept.history) + 100 < 700

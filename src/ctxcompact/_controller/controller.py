@@ -744,34 +744,21 @@ class CompactionController:
         elif (
             self.cache_pricing is not None
             and st.last_call is not None
-            and attempt.trigger != "forced"
+            and not self._needed(attempt, output)
         ):
-            # Weighed as it would be sent: with recall on, the store hook's markers name
-            # their handles and are longer than the strategy's own (a masked result's
-            # "[masked]" becomes a ~20-token recall placeholder), so an output that fits
-            # before them may not fit after them, and frees less than it seems.
-            sent = (
-                output
-                if self._store_hook is None
-                else self._store_hook.preview(history, list(output), st)
-            )
             # The window does not need this rewrite: keep it only if it pays back the
             # prompt cache it breaks (_controller/payback.py). Only a state that has seen
             # this conversation's previous call weighs: then the history is what that call
             # sent, what the provider cached. A fresh state per request (the stateless
             # proxy) cannot know what was sent before, and keeps every valid rewrite.
-            weighed = (
-                None
-                if self._needed(attempt, sent)
-                else payback(history, sent, self.token_counter, self.cache_pricing)
-            )
-            if weighed is not None and not weighed.pays:
+            weighed = payback(history, output, self.token_counter, self.cache_pricing)
+            if not weighed.pays:
                 st.failures = 0
                 st.retry_at = int(estimate * (1 + self.min_progress))
                 # A refused rewrite that would have fitted: the wait ends when the history
                 # no longer fits as it is (the window then needs it). One that would not have
                 # fitted either waits like any run that saved too little (no loop).
-                fitted = self.token_counter.count(sent) + attempt.reserved
+                fitted = self.token_counter.count(output) + attempt.reserved
                 st.optional_wait = fitted < self.max_context_size
                 loss = Problem.fixed("no_payback", str(weighed), source=name)
                 return self._unchanged(attempt, "noop", (loss,), duration, outage)

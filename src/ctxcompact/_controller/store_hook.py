@@ -238,29 +238,6 @@ class StoreHook:
             return self._run(_Raise(exc), before, after, state)
         return out
 
-    def preview(
-        self, before: Sequence[Message], after: list[Message], state: ControllerState
-    ) -> list[Message]:
-        """What :meth:`keep` would make of ``after``, with nothing stored and ``state``
-        untouched: the messages the model would be sent, markers included (the controller
-        weighs a rewrite on them: a recall marker is longer than a plain one). Every
-        original is taken as kept (no eviction), so markers name their handles."""
-        if not self.recall:
-            return after
-        try:
-            out, _ = self._keep(
-                _Collect(),
-                before,
-                after,
-                state.produced,
-                state.namespace or self.namespace,
-                dict(state.handles),
-            )
-        except Exception:  # the real run reports it; the rewrite is weighed as it stands
-            logger.debug("the store hook's preview raised", exc_info=True)
-            return after
-        return out
-
     def _run(
         self,
         store: _Puts,
