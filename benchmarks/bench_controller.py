@@ -10,8 +10,9 @@ ratio of the per-step time must stay under 2.
 A triggered run (``compact`` when the trigger fires, on a history the controller has
 already counted, as an agent's is) does more than the strategy: it validates the output
 (``check_history``), estimates the result (reusing the estimate of every kept message) and
-reports. It is timed against ``strategy.compact(ctx)`` alone on the same 10,000 real
-messages, minimum of the runs, GC off; the target is at most 3x.
+reports; with the default store it also records every removed original and names it. It is
+timed against ``strategy.compact(ctx)`` alone on the same 10,000 real messages, minimum of the
+runs, GC off; the target is at most 3x. The same run with ``store=None`` is printed beside it.
 
     .venv/bin/python benchmarks/bench_controller.py [--quick]
 """
@@ -83,32 +84,39 @@ def per_step(
 
 def triggered(
     strategy: CompactionStrategy, history: list[Message], runs: int
-) -> tuple[float, float]:
-    """Best time of ``strategy.compact`` alone and of a triggered ``controller.compact``."""
+) -> tuple[float, float, float]:
+    """Best time of ``strategy.compact`` alone, of a triggered ``controller.compact`` with
+    the default store (a bounded ``MemoryStore`` recording every removed original and naming
+    it) and of one with ``store=None``; the three alternate within each run."""
     counter = HeuristicTokenCounter()
     tokens = counter.count(history)
     ctx = CompactionContext(tuple(history), tokens, tokens, 1, token_counter=counter)
     loop = asyncio.new_event_loop()
     alone: list[float] = []
-    run: list[float] = []
+    run: dict[bool, list[float]] = {True: [], False: []}
     gc.disable()
     try:
         for _ in range(runs):
             start = time.perf_counter()
             loop.run_until_complete(strategy.compact(ctx))
             alone.append(time.perf_counter() - start)
-            controller = CompactionController(
-                strategy, max_context_size=tokens, reserved_context_size=1, token_counter=counter
-            )
-            controller.token_count(history)  # an agent's history was counted at its last step
-            start = time.perf_counter()
-            result = loop.run_until_complete(controller.compact(history))
-            run.append(time.perf_counter() - start)
-            assert result.changed, "the benchmark must time a run that compacts"
+            for stored in (True, False):
+                controller = CompactionController(
+                    strategy,
+                    max_context_size=tokens,
+                    reserved_context_size=1,
+                    token_counter=counter,
+                    **({} if stored else {"store": None}),
+                )
+                controller.token_count(history)  # an agent's history was counted at its last step
+                start = time.perf_counter()
+                result = loop.run_until_complete(controller.compact(history))
+                run[stored].append(time.perf_counter() - start)
+                assert result.changed, "the benchmark must time a run that compacts"
     finally:
         gc.enable()
         loop.close()
-    return min(alone), min(run)
+    return min(alone), min(run[True]), min(run[False])
 
 
 def main() -> None:
@@ -137,12 +145,13 @@ def main() -> None:
     history = (messages * (1 + 10_000 // len(messages)))[:10_000]
     print(f"\ntriggered run vs the strategy alone, 10,000 messages, best of {runs} runs")
     for strategy in (ToolResultHiding(), Schema1Masking(window_turns=8, batch_turns=0)):
-        alone, run = triggered(strategy, history, runs)
+        alone, run, bare = triggered(strategy, history, runs)
         ratio = run / alone
         verdict = "ok" if ratio <= 3 else "OVER"
         print(
             f"{type(strategy).__name__:>18s}: alone {alone * 1e3:6.1f} ms, triggered "
-            f"{run * 1e3:6.1f} ms, ratio {ratio:.2f} ({verdict}, target <= 3)"
+            f"{run * 1e3:6.1f} ms, ratio {ratio:.2f} ({verdict}, target <= 3); "
+            f"store=None {bare * 1e3:6.1f} ms, ratio {bare / alone:.2f}"
         )
 
 

@@ -314,7 +314,9 @@ class StoreHook:
                 recordable.append(removal)
         gone = [r for r in removals if r.kind in _GONE]
         targets = _note_targets(after, alignment) if gone else ([], None, False)
-        links = {link for r in gone for link in r.links} | self._note_links(before, after)
+        links = {link for r in gone for link in r.links} | self._note_links(
+            before, after, alignment
+        )
         if targets[1] is not None:  # its note (an earlier one) gives way to the new one
             links.update(note_ranges(after[targets[1]].text))
         records: list[StoredOriginal] = []
@@ -391,10 +393,20 @@ class StoreHook:
         return message in produced or is_builtin_placeholder(message)
 
     @staticmethod
-    def _note_links(before: Sequence[Message], after: Sequence[Message]) -> set[str]:
+    def _note_links(
+        before: Sequence[Message], after: Sequence[Message], alignment: Alignment
+    ) -> set[str]:
         """Ranges an earlier note named that the new notes no longer do (a drop note the
         guard merged into a new one): the new range lists them."""
-        old = {r for m in before if m.role != "tool" for r in note_ranges(m.text)}
+        # A message kept verbatim names the same ranges in both histories: only the others
+        # can name a range the new notes lost.
+        kept = alignment.kept
+        old = {
+            r
+            for i, m in enumerate(before)
+            if not kept[i] and m.role != "tool"
+            for r in note_ranges(m.text)
+        }
         if not old:
             return set()
         new = {r for m in after if m.role != "tool" for r in note_ranges(m.text)}
