@@ -169,6 +169,15 @@ class MemoryStore:
         assert isinstance(hit[0], bytes)
         return parse_summary(hit[0].decode("utf-8"))
 
+    def delete_summary(self, namespace: str, key: str) -> bool:
+        """Forget the summary kept under ``key`` (the proxy's kept compaction a later one of
+        the same conversation superseded); whether there was one."""
+        with self._lock:
+            old = self._order.pop(("s", (namespace, key)), None)
+            if old is not None:
+                self._bytes -= old[1]
+        return old is not None
+
     def find_summary(
         self, namespace: str, keys: Sequence[str]
     ) -> tuple[int, tuple[Message, ...]] | None:
