@@ -226,6 +226,46 @@ class MemoryStore:
             )
 
 
+PARSED_SUMMARIES = 32
+"""How many parsed summary entries :func:`parse_summary` keeps for the next read of the same
+entry (and at most :data:`PARSED_SUMMARY_CHARS` characters of their JSON)."""
+
+PARSED_SUMMARY_CHARS = 32 * 1024 * 1024
+"""The most JSON the parsed entries :func:`parse_summary` keeps may hold, in characters."""
+
+_parsed: OrderedDict[str, tuple[Message, ...]] = OrderedDict()
+_parsed_chars = 0
+_parsed_lock = threading.Lock()
+
+
 def parse_summary(content: str) -> tuple[Message, ...]:
-    """The messages of a summary entry (a JSON array of :func:`dump_message` objects)."""
-    return tuple(Message.model_validate(item) for item in json.loads(content))
+    """The messages of a summary entry (a JSON array of :func:`dump_message` objects).
+
+    The proxy reads its conversation's kept compaction on every request, the same entry
+    until the next compaction: the last :data:`PARSED_SUMMARIES` entries read are kept parsed
+    (bounded by :data:`PARSED_SUMMARY_CHARS`), so the next read of the same JSON returns the
+    same immutable messages, and what is computed once per message object (their JSON and
+    hash, ``_records.message_key``) is not computed again.
+
+    Example:
+        >>> text = '[{"role":"user","content":"hi"}]'
+        >>> parse_summary(text)[0].text, parse_summary(text) is parse_summary(text)
+        ('hi', True)
+    """
+    global _parsed_chars
+    with _parsed_lock:
+        hit = _parsed.get(content)
+        if hit is not None:
+            _parsed.move_to_end(content)
+            return hit
+    messages = tuple(Message.model_validate(item) for item in json.loads(content))
+    if len(content) > PARSED_SUMMARY_CHARS:
+        return messages
+    with _parsed_lock:
+        if content not in _parsed:
+            _parsed[content] = messages
+            _parsed_chars += len(content)
+        while len(_parsed) > PARSED_SUMMARIES or _parsed_chars > PARSED_SUMMARY_CHARS:
+            old, _ = _parsed.popitem(last=False)
+            _parsed_chars -= len(old)
+    return messages
