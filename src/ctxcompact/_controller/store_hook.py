@@ -366,7 +366,7 @@ class StoreHook:
         message = removal.message
         if removal.call is None and message.role == "tool" and message in produced:
             named = NAMED_RE.search(message.text)
-            if named is not None:
+            if named is not None and named.group(1) != removal.tool_call_id:
                 return replace(removal, tool_call_id=named.group(1))
             return removal
         if seen is None or "@" in removal.handle or removal.handle.startswith("#"):
