@@ -3,7 +3,9 @@
 The proxy parses every request into new message objects and each request resends the
 conversation so far; ``message_key`` keeps recent messages' keys by value as well as by
 identity. A key is only reused when the JSON would be the same: these tests put a message in
-first, then ask for one that differs only where the JSON differs.
+first, then ask for one that differs only where the JSON differs. White-box: they look inside
+``_records`` (the cache by value and its bound), which no public call shows, since a wrong
+hit would only show as a kept compaction silently not found.
 """
 
 from __future__ import annotations
