@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import string
 import weakref
 from dataclasses import replace
 from typing import TYPE_CHECKING, Protocol
@@ -58,6 +59,7 @@ from ..kit import (
     note_ranges,
     placeholder_pattern,
     recall_placeholder,
+    with_content,
 )
 from ..store._async import is_async_store
 from ..store._ranges import range_record
@@ -90,6 +92,22 @@ logger = logging.getLogger("ctxcompact.controller")
 
 _PLACEHOLDER_KINDS = frozenset({"hidden", "masked"})
 _GONE = frozenset({"dropped", "summarised"})
+
+
+def leading_literal(template: str) -> str:
+    """The text of a format ``template`` before its first field (braces unescaped): how
+    every rendering of it starts.
+
+    Example:
+        >>> leading_literal("[{{x}} hidden: {tool_call_id}]")
+        '[{x} hidden: '
+    """
+    lead = ""
+    for literal, field, _, _ in string.Formatter().parse(template):
+        lead += literal
+        if field is not None:
+            break
+    return lead
 
 
 def check_recall_template(template: str) -> str:
@@ -161,7 +179,7 @@ class StoreHook:
             (the strategies' markers stay as they wrote them).
     """
 
-    __slots__ = ("namespace", "recall_template", "store")
+    __slots__ = ("_lead", "namespace", "recall_template", "store")
 
     def __init__(
         self, store: OriginalsStore, *, namespace: str, recall_template: str | None
@@ -171,6 +189,7 @@ class StoreHook:
         self.recall_template = (
             None if recall_template is None else check_recall_template(recall_template)
         )
+        self._lead = "" if recall_template is None else leading_literal(recall_template)
 
     @property
     def recall(self) -> bool:
@@ -189,6 +208,9 @@ class StoreHook:
         message = removal.message
         if self.recall_template is None or message.role != "tool" or message.tool_call_id is None:
             return False
+        content = message.content
+        if isinstance(content, str) and not content.startswith(self._lead):
+            return False  # every rendering starts so: no need to render one
         marked = self.recall_template.format(
             tool_call_id="\x00", tool_name=removal.tool_name or "unknown"
         )
@@ -308,28 +330,37 @@ class StoreHook:
         removals = [self._final(r, produced, seen) for r in removals]
         restored: dict[int, Message] = {}  # index in after -> message put back
         recordable: list[Removal] = []
+        already: set[str] = set()  # handles whose original was kept when they were produced
         for removal in removals:
+            made = self._produced(removal, produced)
+            if made:
+                already.add(removal.handle)
             if self._is_recall_text(removal):
                 j = alignment.replaced.get(removal.position)
                 if j is not None and removal.kind in _PLACEHOLDER_KINDS:
                     restored[j] = removal.message  # a recall placeholder hidden again
                 continue
-            if not self._produced(removal, produced):
+            if not made:
                 recordable.append(removal)
         gone = [r for r in removals if r.kind in _GONE and not _unheld_cleared(r, produced)]
         targets = _note_targets(after, alignment) if gone else ([], None, False)
-        links = {link for r in gone for link in r.links} | self._note_links(before, after)
+        links = {link for r in gone for link in r.links} | self._note_links(
+            before, after, alignment
+        )
         if targets[1] is not None:  # its note (an earlier one) gives way to the new one
             links.update(note_ranges(after[targets[1]].text))
         records: list[StoredOriginal] = []
         error: Problem | None = None
         unrecordable: Exception | None = None
-        for removal in recordable:  # one at a time: one odd message costs only its own recall
-            try:
-                records += records_of([removal], namespace=namespace)
-            except Exception as exc:  # a message no record can hold: report, never raise
-                logger.debug("a removed original could not be serialised", exc_info=True)
-                unrecordable = unrecordable or exc
+        try:
+            records = records_of(recordable, namespace=namespace)
+        except Exception:  # one at a time then: one odd message costs only its own recall
+            for removal in recordable:
+                try:
+                    records += records_of([removal], namespace=namespace)
+                except Exception as exc:  # a message no record can hold: report, never raise
+                    logger.debug("a removed original could not be serialised", exc_info=True)
+                    unrecordable = unrecordable or exc
         span: StoredOriginal | None = None
         try:
             span = range_record(gone, sorted(links), namespace=namespace) if self.recall else None
@@ -348,7 +379,6 @@ class StoreHook:
             error, held = held
         if not self.recall:
             return (self._apply(after, restored) if restored else after), error
-        already = {r.handle for r in removals if self._produced(r, produced)}
         promised = held | already  # stored now, or when the placeholder was produced
         named_span = span if span is not None and span.tool_call_id in held else None
         out = self._render(after, alignment, removals, promised, named_span, targets)
@@ -384,7 +414,7 @@ class StoreHook:
         message = removal.message
         if removal.call is None and message.role == "tool" and message in produced:
             named = NAMED_RE.search(message.text)
-            if named is not None:
+            if named is not None and named.group(1) != removal.tool_call_id:
                 return replace(removal, tool_call_id=named.group(1))
             return removal
         if removal.call is not None and message in produced:
@@ -419,10 +449,20 @@ class StoreHook:
         return message in produced or is_builtin_placeholder(message)
 
     @staticmethod
-    def _note_links(before: Sequence[Message], after: Sequence[Message]) -> set[str]:
+    def _note_links(
+        before: Sequence[Message], after: Sequence[Message], alignment: Alignment
+    ) -> set[str]:
         """Ranges an earlier note named that the new notes no longer do (a drop note the
         guard merged into a new one): the new range lists them."""
-        old = {r for m in before if m.role != "tool" for r in note_ranges(m.text)}
+        # A message kept verbatim names the same ranges in both histories: only the others
+        # can name a range the new notes lost.
+        kept = alignment.kept
+        old = {
+            r
+            for i, m in enumerate(before)
+            if not kept[i] and m.role != "tool"
+            for r in note_ranges(m.text)
+        }
         if not old:
             return set()
         new = {r for m in after if m.role != "tool" for r in note_ranges(m.text)}
@@ -499,7 +539,7 @@ class StoreHook:
                 if isinstance(content, str) and len(text) >= len(content):
                     out[j] = removal.message  # would grow: keep it whole, nothing removed
                 else:
-                    out[j] = replacement.replace(content=text)
+                    out[j] = with_content(replacement, text)
         for j, originals in cleared.items():
             out[j] = with_cleared_handles(out[j], originals)
         gone = [r for r in removals if r.kind in _GONE]
@@ -644,25 +684,29 @@ def store_cut_results(
     return out
 
 
-_BUILTIN_PLACEHOLDERS = tuple(
-    placeholder_pattern(t)
-    for t in (
-        HIDDEN_PLACEHOLDER,
-        KLIP13_PLACEHOLDER,
-        SCHEMA1_PLACEHOLDER,
-        SCHEMA1_SEED_PLACEHOLDER,
-        DEFAULT_RECALL_TEMPLATE,
-        LEGACY_RECALL_TEMPLATE,  # a history written before the shorter default
-    )
+_BUILTIN_TEMPLATES = (
+    HIDDEN_PLACEHOLDER,
+    KLIP13_PLACEHOLDER,
+    SCHEMA1_PLACEHOLDER,
+    SCHEMA1_SEED_PLACEHOLDER,
+    DEFAULT_RECALL_TEMPLATE,
+    LEGACY_RECALL_TEMPLATE,  # a history written before the shorter default
 )
+_BUILTIN_PLACEHOLDERS = tuple(placeholder_pattern(t) for t in _BUILTIN_TEMPLATES)
+# Every rendering of a template starts with its text before the first field: a result that
+# starts with none of these is no placeholder, without running the five patterns.
+_BUILTIN_LEADS = tuple(leading_literal(t) for t in _BUILTIN_TEMPLATES)
 
 
 def is_builtin_placeholder(message: Message) -> bool:
     """Whether a tool result's text is exactly a built-in placeholder (default templates
     only: a custom placeholder is recognised within the process that produced it)."""
-    if message.role != "tool" or not isinstance(message.content, str):
+    content = message.content
+    if message.role != "tool" or not isinstance(content, str):
         return False
-    return any(p.fullmatch(message.content) for p in _BUILTIN_PLACEHOLDERS)
+    if not content.startswith(_BUILTIN_LEADS):
+        return False
+    return any(p.fullmatch(content) for p in _BUILTIN_PLACEHOLDERS)
 
 
 class _Puts(Protocol):
