@@ -573,7 +573,7 @@ class CompactionController:
             return await strategy.summarize_ahead(ctx)
         except Exception as exc:
             logger.warning(
-                "summary ahead of time failed (%s); the trigger's run summarizes instead",
+                "summary ahead of time failed (%s); the trigger's run does without it",
                 type(exc).__name__,
             )
             logger.debug("summary ahead of time failed: %s", exc)
