@@ -97,15 +97,6 @@ KNOWN_FAILURES = (
     # the end, writes 9,913 tokens where the tiered target is 9,600: the recall markers (315
     # tokens) are added after the strategy measured its output (100.03% without them).
     "examples/recommended.toml 32000/anthropic: a trace ",
-    # Tiered's summary made ahead of time (issue 21 item 3): on a trace that fits at 32k
-    # (astropy-12907, peak 20,064 tokens, past 80% of the 24,000 trigger) a summary is written
-    # in the background for a trigger that never comes: its tokens alone, billed at the agent's
-    # prices, make it 121.7% flat, 124.3% Anthropic.
-    *(
-        f"{row} (stand-in summarizer) 32000/{pricing}: a trace "
-        for row in ("tiered", "examples/recommended-llm.toml")
-        for pricing in ("flat", "openai", "anthropic")
-    ),
 )
 """Failures of the check below that are known and open: each is listed in the docs' status
 page. Any other default over 100% fails the test; so does a known one that no longer fails

@@ -18,8 +18,8 @@ is at or under the target (``fill`` of the guard's budget) the run stops. The de
 A tier that raises, or whose output is not smaller or breaks pairing, is skipped: the run
 falls through to the next tier, never into a loop.
 
-The summary is made ahead of time (:meth:`Tiered.summarize_ahead`): when the conversation
-reaches the controller's ``precompute_ratio`` of the trigger, the cheap tiers run on a copy
+The summary is made ahead of time (:meth:`Tiered.summarize_ahead`): when the controller
+starts one ahead of the trigger (``precompute_ratio``), the cheap tiers run on a copy
 and the summary of what they leave is written in the background; when the trigger fires, the
 summary tier swaps it in with no model call. Like every summary of :class:`LLMSummary` it is
 incremental: the second and later ones send the previous summary plus what came after it.
@@ -221,7 +221,7 @@ class Tiered:
 
     async def summarize_ahead(self, ctx: CompactionContext) -> SummaryAhead | None:
         """The summary tier's summary, made now (the controller runs this in the background
-        at ``precompute_ratio`` of the trigger) for the trigger's run to swap in.
+        ahead of the trigger, see ``precompute_ratio``) for the trigger's run to swap in.
 
         The tiers before the summary run first, on a copy, as they will at the trigger; the
         summary is of what they leave. ``None`` (no model call) when there is no summary
