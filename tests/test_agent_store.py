@@ -168,9 +168,7 @@ async def test_the_model_recalls_a_hidden_result_by_the_id_its_placeholder_names
     )
     agent = hiding_agent(llm, store, recall=True)
     assert await agent.run("read a, b and c") == "a ends at line 60"
-    assert seen["placeholder"] == (
-        '[tool result hidden: call recall_tool_result("a") to see it again]'
-    )
+    assert seen["placeholder"] == ('[hidden: recall_tool_result("a")]')
     original = cat_output("a").splitlines()
     assert f"51: {original[50]}" in seen["recalled"]
     assert f"61: {original[60]}" in seen["recalled"]
@@ -526,9 +524,7 @@ async def test_a_real_server_gets_the_recall_tool_and_any_recall_returns_the_ori
     finally:
         await llm.aclose()
     assert check_history(agent.history) == []
-    assert agent.history[3].text == (
-        '[tool result hidden: call recall_tool_result("call_7") to see it again]'
-    )
+    assert agent.history[3].text == ('[hidden: recall_tool_result("call_7")]')
     record = store.get("default", "call_7")
     assert record is not None
     assert record.message.text == cat_output("notes.txt")

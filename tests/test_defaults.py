@@ -93,10 +93,6 @@ KNOWN_FAILURES = (
     # those rewrites (sphinx-9229 at 32k) fits as written but not with the recall markers.
     "tool-input-clearing 16000/",
     "tool-input-clearing 32000/",
-    # One trace at 32k, Anthropic prices: 100.6%. Its one compaction, needed 3 calls before
-    # the end, writes 9,913 tokens where the tiered target is 9,600: the recall markers (315
-    # tokens) are added after the strategy measured its output (100.03% without them).
-    "examples/recommended.toml 32000/anthropic: a trace ",
 )
 """Failures of the check below that are known and open: each is listed in the docs' status
 page. Any other default over 100% fails the test; so does a known one that no longer fails

@@ -79,9 +79,7 @@ def test_proxy_command_keeps_originals_in_a_private_file_in_the_cache_folder(
     # The placeholder names the handle, and the tool that brings it back is offered.
     sent = json.loads(fake.received[-1].body)
     assert [t["function"]["name"] for t in sent["tools"]] == ["recall_tool_result"]
-    assert sent["messages"][3]["content"] == (
-        '[tool result hidden: call recall_tool_result("call_0") to see it again]'
-    )
+    assert sent["messages"][3]["content"] == ('[hidden: recall_tool_result("call_0")]')
 
 
 def test_recall_false_keeps_the_store_and_sends_what_it_sent_without_one(

@@ -238,10 +238,7 @@ def test_the_specs_describe_the_same_arguments_as_the_tool() -> None:
 
 
 def test_the_placeholder_names_the_tool_and_the_id_and_is_configurable() -> None:
-    assert (
-        recall_placeholder("call_7")
-        == '[tool result hidden: call recall_tool_result("call_7") to see it again]'
-    )
+    assert recall_placeholder("call_7") == '[hidden: recall_tool_result("call_7")]'
     assert (
         recall_placeholder("c1", template="<{tool_name} {tool_call_id} gone>", tool_name="ls")
         == "<ls c1 gone>"

@@ -22,7 +22,12 @@ from ctxcompact import (
     to_anthropic,
 )
 from ctxcompact.exceptions import CompactionError, ConfigError, ContextBudgetError
-from ctxcompact.kit import DROP_NOTE_RE, STAND_IN_RANGE, pinned_indices
+from ctxcompact.kit import (
+    DROP_NOTE_RE,
+    STAND_IN_RANGE,
+    pinned_indices,
+    recall_placeholder,
+)
 from ctxcompact.strategies import DROP_MARKER, ContextGuard
 from tests.helpers.gen import (
     assistant,
@@ -803,3 +808,26 @@ def test_the_recall_note_counts_every_message_dropped_by_relevance() -> None:
     assert STAND_IN_RANGE in note
     dropped_results = [h[i].tool_call_id for i in gone if h[i].role == "tool"]
     assert dropped_results[-1] in note  # the newest dropped result is named by its handle
+
+
+def test_relevance_counts_no_marker_handle_as_a_name() -> None:
+    # A masked step's recall placeholder names a handle seen nowhere else: were it a name,
+    # the cheap stub would look like the best news per token and push out a step whose
+    # names the agent may quote. Only the step holding real names is kept.
+    handle = "toolu_01ABCDEFGHJKMNPQRSTVWXYZ"
+    h = [user("task")]
+    h += [assistant(None, call(handle, "cat")), tool(handle, recall_placeholder(handle))]
+    h += [
+        assistant(None, call("c1", "grep")),
+        tool("c1", "unique_helper in src/only_here.py " + "lines " * 30),
+    ]
+    h += [assistant(None, call("c2", "cat")), tool("c2", "newest")]
+    stub = COUNT.count(h[1:3])
+    assert stub < COUNT.count(h[3:5])  # the stub is the cheaper one to keep
+    budget = COUNT.count(h) - stub  # one of the two older steps must go
+    out = ContextGuard(drop="relevance", drop_marker=False).guard(
+        h, budget=budget, token_counter=COUNT, target=budget
+    )
+    assert out is not None
+    assert h[4] in out
+    assert h[2] not in out

@@ -12,12 +12,19 @@ from ctxcompact import (
     CompactionController,
     HeuristicTokenCounter,
     Message,
+    check_history,
     load_config,
     load_strategy,
 )
 from ctxcompact.exceptions import ConfigError, LLMTimeoutError, StrategyLoadError
+from ctxcompact.kit import recall_placeholder
 from ctxcompact.strategies import SUMMARY_PREFIX, Tiered, ToolResultHiding
-from ctxcompact.testing import FunctionStrategy, ScriptedLLM, assert_strategy_invariants
+from ctxcompact.testing import (
+    FunctionStrategy,
+    ScriptedLLM,
+    assert_strategy_invariants,
+    check_strategy_invariants,
+)
 from tests.helpers.gen import assistant, call, system, tool, user
 
 COUNT = HeuristicTokenCounter()
@@ -194,3 +201,46 @@ async def test_the_controller_runs_it_at_the_threshold_and_the_next_calls_fit() 
     for k in range(6):
         stored += [assistant(None, call(f"n{k}", "cat")), tool(f"n{k}", "s" * 1_500)]
         assert not controller.should_compact(stored), k
+
+
+async def test_with_the_default_store_the_recall_markers_are_costed_and_the_target_holds() -> None:
+    # Many small old results: masking them in plain form ("[masked]") reaches the target,
+    # but the controller's store hook then writes each as its recall placeholder, which
+    # names a handle. The tiered run costs those forms, so the view the model gets (the
+    # placeholders in it) is at the target, not over it by a few tokens per placeholder.
+    target = int(BUDGET * 0.4)
+    h = [system("You are a coding agent."), user("Fix parse_config in src/app/config.py.")]
+    for k in range(110):
+        cid = f"toolu_{k:024d}"  # as long as Anthropic's ids
+        h += [
+            assistant(f"Reading part {k}.", call(cid, "cat", f'{{"path": "src/m{k}.py"}}')),
+            tool(cid, f"module_{k}_body " + "r" * 450),
+        ]
+    plain = await check_strategy_invariants(
+        Tiered(),
+        h,
+        max_context_size=WINDOW,
+        reserved_context_size=RESERVED,
+        token_counter=COUNT,
+    )
+    assert plain is not None
+    assert len(plain) == len(h)  # without a store, masking alone reached the target
+    assert COUNT.count(plain) <= target
+    rendered = [
+        m.replace(content=recall_placeholder(m.tool_call_id or ""))
+        if m.role == "tool" and m.text == "[masked]"
+        else m
+        for m in plain
+    ]
+    assert COUNT.count(rendered) > target  # its placeholders in recall form are not
+    controller = CompactionController(
+        Tiered(), max_context_size=WINDOW, reserved_context_size=RESERVED, token_counter=COUNT
+    )
+    assert controller.store is not None  # the default store: recall markers
+    result = await controller.compact(h)
+    assert result.event is not None
+    assert result.event.status == "compacted"
+    view = list(result.history)
+    assert COUNT.count(view) <= target
+    assert sum(m.text.startswith('[hidden: recall_tool_result("toolu_') for m in view) > 90
+    assert check_history(view) == []

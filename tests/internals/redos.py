@@ -37,6 +37,7 @@ from ctxcompact.kit import (
     SCHEMA1_SEED_PLACEHOLDER,
     TRUNCATION_RE,
     _errors,
+    _markers,
     placeholder_pattern,
 )
 from ctxcompact.proxy._json import _CHARSET, BodyError, check_charset
@@ -227,6 +228,12 @@ def content_matchers() -> list[ContentMatcher]:
     out.append(
         ContentMatcher(
             "referenced.tokens", distinctive_tokens, fragments_of("a_b aB ~/ ./ 1234.py")
+        )
+    )
+    # What the guard's relevance leaves out of a message before it looks for names.
+    out.append(
+        ContentMatcher(
+            "markers.without", _markers.without_markers, fragments_of(_markers._MARKER_TEXT.pattern)
         )
     )
     # The markers ctxcompact reads back from the view (any message may hold text that looks

@@ -51,6 +51,7 @@ from ..kit import (
     DROP_NOTE_RE,
     HIDDEN_PLACEHOLDER,
     KLIP13_PLACEHOLDER,
+    LEGACY_RECALL_TEMPLATE,
     RECALL_TOOL_NAME,
     SCHEMA1_PLACEHOLDER,
     SCHEMA1_SEED_PLACEHOLDER,
@@ -689,6 +690,7 @@ _BUILTIN_TEMPLATES = (
     SCHEMA1_PLACEHOLDER,
     SCHEMA1_SEED_PLACEHOLDER,
     DEFAULT_RECALL_TEMPLATE,
+    LEGACY_RECALL_TEMPLATE,  # a history written before the shorter default
 )
 _BUILTIN_PLACEHOLDERS = tuple(placeholder_pattern(t) for t in _BUILTIN_TEMPLATES)
 # Every rendering of a template starts with its text before the first field: a result that

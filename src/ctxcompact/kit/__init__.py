@@ -22,7 +22,9 @@ helper behaves the same in both. What it offers:
   :func:`arguments_handle`, :func:`message_handle`, :func:`range_handle`,
   :func:`recall_placeholder`, :func:`truncation_marker`, :func:`cleared_marker`,
   :func:`drop_note`, :func:`range_note`, :func:`strip_notes`, :func:`note_ranges`,
-  :data:`RECALL_TOOL_NAME`, :data:`DEFAULT_RECALL_TEMPLATE`, :data:`TRUNCATION_MARKER`,
+  :func:`without_markers` (a text without what markers add: handles, sizes, notes),
+  :data:`RECALL_TOOL_NAME`, :data:`DEFAULT_RECALL_TEMPLATE`,
+  :data:`LEGACY_RECALL_TEMPLATE`, :data:`TRUNCATION_MARKER`,
   :data:`INPUT_MARKER`, :data:`DROP_MARKER`, :data:`MAX_NOTE_RESULTS`, the handles' prefixes
   (:data:`ARGUMENTS_PREFIX`, :data:`RANGE_PREFIX`, :data:`STAND_IN_RANGE`), and the regexes
   reading them back
@@ -66,6 +68,7 @@ from ._markers import (
     DROP_MARKER,
     DROP_NOTE_RE,
     INPUT_MARKER,
+    LEGACY_RECALL_TEMPLATE,
     MAX_NOTE_RESULTS,
     RANGE_NOTE_RE,
     RANGE_PREFIX,
@@ -84,6 +87,7 @@ from ._markers import (
     result_handle,
     strip_notes,
     truncation_marker,
+    without_markers,
 )
 from ._options import check_int, options_repr
 from ._pins import MAX_PIN_PATTERN_CHARS, MAX_PIN_PATTERNS, PinRules, pinned_indices
@@ -113,6 +117,7 @@ __all__ = [
     "HIDDEN_PLACEHOLDER",
     "INPUT_MARKER",
     "KLIP13_PLACEHOLDER",
+    "LEGACY_RECALL_TEMPLATE",
     "MAX_CHARS_PER_TOKEN",
     "MAX_NOTE_RESULTS",
     "MAX_PIN_PATTERNS",
@@ -159,4 +164,5 @@ __all__ = [
     "truncation_marker",
     "validate_template",
     "with_content",
+    "without_markers",
 ]

@@ -45,6 +45,7 @@ __all__ = [
     "DROP_MARKER",
     "DROP_NOTE_RE",
     "INPUT_MARKER",
+    "LEGACY_RECALL_TEMPLATE",
     "MAX_NOTE_RESULTS",
     "RANGE_NOTE_RE",
     "RANGE_PREFIX",
@@ -63,6 +64,7 @@ __all__ = [
     "result_handle",
     "strip_notes",
     "truncation_marker",
+    "without_markers",
 ]
 
 RECALL_TOOL_NAME = "recall_tool_result"
@@ -77,11 +79,17 @@ RANGE_PREFIX = "#r"
 _RESULT_DIGITS = 8
 _MESSAGE_DIGITS = 10
 
-DEFAULT_RECALL_TEMPLATE = (
+DEFAULT_RECALL_TEMPLATE = '[hidden: recall_tool_result("{tool_call_id}")]'
+"""The placeholder of a hidden or masked result with a store: ``{tool_call_id}`` (the
+result's handle) and ``{tool_name}``. Short, as every marker: it stands in the tool result's
+own place, so saying what it is and naming the tool and the handle is enough, and an agent's
+view holds dozens of them (the earlier wording, :data:`LEGACY_RECALL_TEMPLATE`, took 13
+tokens more per result under the heuristic counter)."""
+
+LEGACY_RECALL_TEMPLATE = (
     '[tool result hidden: call recall_tool_result("{tool_call_id}") to see it again]'
 )
-"""The placeholder of a hidden or masked result with a store: ``{tool_call_id}`` (the
-result's handle) and ``{tool_name}``."""
+"""The earlier default placeholder, still recognised in a history written with it."""
 
 TRUNCATION_MARKER = "\n\n... [{omitted} characters truncated] ...\n\n"
 """What replaces the middle of a cut text (seed 003's wording); ``{omitted}`` is a count."""
@@ -184,7 +192,7 @@ def recall_placeholder(
 
     Example:
         >>> recall_placeholder("call_7")
-        '[tool result hidden: call recall_tool_result("call_7") to see it again]'
+        '[hidden: recall_tool_result("call_7")]'
     """
     try:
         fields = {f for _, f, _, _ in string.Formatter().parse(template) if f is not None}
@@ -336,3 +344,24 @@ def note_ranges(text: str) -> list[str]:
         if match is not None:
             found += _RANGE_IN_TEXT.findall(match.group(0))
     return found
+
+
+_MARKER_TEXT = re.compile(
+    r'recall_tool_result\(\\?"[^"\\\n]{1,300}\\?"(?:, offset=\d+)?\)'
+    r"|\[cleared: \d+ chars"
+    r"|\[\d+ characters truncated"
+)
+
+
+def without_markers(text: str) -> str:
+    """``text`` without what ctxcompact's markers add to it: the handles a recall form names
+    (as written in a text, or JSON-escaped in a call's arguments), the sizes of the cleared
+    and cut markers, and the notes at its end (:func:`strip_notes`). None of these is a
+    name the conversation uses, so the guard's relevance order does not count them (a
+    masked step would otherwise look like news: its handle is a name seen nowhere else).
+
+    Example:
+        >>> without_markers('fix parse_config [cleared: 300 chars; recall_tool_result("args:w1")]')
+        'fix parse_config  ;  ]'
+    """
+    return _MARKER_TEXT.sub(" ", strip_notes(text))

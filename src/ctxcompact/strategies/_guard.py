@@ -270,6 +270,7 @@ class ContextGuard:
         target: int | None = None,
         pinned: frozenset[int] | None = None,
         recall: bool = False,
+        extra: Sequence[int] | None = None,
     ) -> list[Message] | None:
         """The synchronous core of :meth:`compact`, with the budget already computed.
 
@@ -278,10 +279,14 @@ class ContextGuard:
         newest step may still use the whole budget. :class:`~ctxcompact.strategies.Tiered`
         calls it so. ``pinned``: the indices never dropped (default
         :func:`ctxcompact.kit.pinned_indices`); ``recall``: write the recall forms of the
-        note and the cut markers.
+        note and the cut markers; ``extra``: tokens each message of ``history`` will take
+        beyond its count once the controller writes the recall forms of markers written
+        plain (:func:`ctxcompact.strategies._tiered.recall_extra`), so they are costed.
         """
         count = token_counter.count_message
         tokens = [count(m) for m in history]
+        if extra is not None:
+            tokens = [t + e for t, e in zip(tokens, extra, strict=True)]
         total = sum(tokens)
         limit = budget if target is None else min(target, budget)
         if total <= limit:

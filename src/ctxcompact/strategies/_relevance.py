@@ -16,7 +16,7 @@ from __future__ import annotations
 import heapq
 from typing import TYPE_CHECKING
 
-from ..kit import distinctive_tokens
+from ..kit import distinctive_tokens, without_markers
 from ._fit import PINNED
 
 if TYPE_CHECKING:
@@ -43,14 +43,15 @@ class Relevance:
         self._memo: dict[int, tuple[Message, frozenset[str]]] = {}
 
     def names(self, message: Message) -> frozenset[str]:
-        """The names ``message`` shows the model: in its text and its calls' arguments."""
+        """The names ``message`` shows the model: in its text and its calls' arguments, what
+        ctxcompact's markers add left out (:func:`ctxcompact.kit.without_markers`)."""
         hit = self._memo.get(id(message))
         if hit is not None and hit[0] is message:
             return hit[1]
         text = message.text
         if message.tool_calls:
             text = "\n".join([text, *(c.arguments for c in message.tool_calls)])
-        found = distinctive_tokens(text, ngrams=False)
+        found = distinctive_tokens(without_markers(text), ngrams=False)
         if len(self._memo) >= _MEMO_LIMIT:
             self._memo.clear()
         self._memo[id(message)] = (message, found)

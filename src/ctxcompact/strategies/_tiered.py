@@ -32,7 +32,9 @@ history to the guard, and the next summary is made in the background. ``summary 
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
+import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -41,7 +43,15 @@ from typing import TYPE_CHECKING, Any
 from .._contract.protocols import LLM, CompactionStrategy, Dependencies, SummaryAhead
 from .._history.validate import check_history
 from ..exceptions import ConfigError, LLMUnavailableError, StrategyLoadError
-from ..kit import check_int, options_repr, pinned_indices
+from ..kit import (
+    INPUT_MARKER,
+    arguments_handle,
+    check_int,
+    cleared_marker,
+    options_repr,
+    pinned_indices,
+    recall_placeholder,
+)
 from ._clear_inputs import ToolInputClearing
 from ._cut import shrink
 from ._guard import ContextGuard
@@ -50,11 +60,20 @@ from ._schema1 import Schema1Masking
 from ._summary import LLMSummary
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from .._contract.protocols import CompactionContext
     from .._history.messages import Message
     from .._tokens.counters import TokenCounter
 
-__all__ = ["BUILT_IN_TIERS", "DEFAULT_FILL", "DEFAULT_RESULT_SHARE", "DEFAULT_TIERS", "Tiered"]
+__all__ = [
+    "BUILT_IN_TIERS",
+    "DEFAULT_FILL",
+    "DEFAULT_RESULT_SHARE",
+    "DEFAULT_TIERS",
+    "Tiered",
+    "recall_extra",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -263,15 +282,19 @@ class Tiered:
         if tokens <= target:
             return None
         changed = False
+        extra: list[int] | None = None
         for name, tier in self._tiers:
             out = await self._run_tier(name, tier, ctx, history, tokens, budget)
             if out is None:
                 continue
-            after = counter.count(out)
+            # With recall, the store hook writes each marker of the mask and clear tiers in
+            # its recall form, which names a handle: cost that, not the plain marker.
+            more = recall_extra(ctx.history, out, counter) if ctx.recall else None
+            after = counter.count(out) + (sum(more) if more else 0)
             if after >= tokens or _breaks_pairing(history, out):
                 logger.debug("tier %s skipped: its output is not smaller or breaks pairing", name)
                 continue
-            history, tokens, changed = out, after, True
+            history, tokens, changed, extra = out, after, True, more
             if tokens <= target:
                 return history
         out = self._guard.guard(
@@ -281,6 +304,7 @@ class Tiered:
             target=target,
             pinned=pinned_indices(history, ctx.pin),
             recall=ctx.recall,
+            extra=extra,
         )
         if out is not None:
             return out
@@ -360,3 +384,64 @@ def _cut_large(
         out[i] = cut
         logger.debug("tier truncate: cut the tool result at message %d to %d tokens", i, cap)
     return out
+
+
+_PLAIN_CLEARED = re.compile(re.escape(INPUT_MARKER).replace(r"\{chars\}", r"(\d+)"))
+_STAND_IN_DIGEST = "0" * 8
+
+
+def recall_extra(
+    before: Sequence[Message], after: Sequence[Message], counter: TokenCounter
+) -> list[int] | None:
+    """Tokens each message of ``after`` (tiers' output from ``before``) will take beyond its
+    count once the controller's store hook writes the recall forms of the plain markers the
+    ``mask`` and ``clear`` tiers wrote; ``None`` when the two are not aligned (a tier added
+    or removed messages) or nothing needs it.
+
+    As the hook does: a masked result becomes the recall placeholder (the default
+    template), or comes back whole when that placeholder is no shorter than the result; a
+    cleared value names ``args:`` and its call's handle. A handle is the call id, with ``@``
+    and 8 digits when the id is re-used (then 9 characters more).
+    """
+    if len(before) != len(after):
+        return None
+    ids = [m.tool_call_id for m in after if m.role == "tool" and m.tool_call_id is not None]
+    reused = {i for i, n in Counter(ids).items() if n > 1}
+    count = counter.count_message
+    extra = [0] * len(after)
+    for i, (old, new) in enumerate(zip(before, after, strict=True)):
+        if new is old:
+            continue
+        if new.role == "tool" and new.text == MASKED and new.tool_call_id is not None:
+            if old.text == MASKED:
+                continue
+            call_id = new.tool_call_id
+            handle = f"{call_id}@{_STAND_IN_DIGEST}" if call_id in reused else call_id
+            text = recall_placeholder(handle)
+            kept = not isinstance(old.content, str) or len(text) >= len(old.content)
+            extra[i] = count(old if kept else new.replace(content=text)) - count(new)
+        elif new.tool_calls:
+            extra[i] = _cleared_extra(new, reused, count)
+    return extra if any(extra) else None
+
+
+def _cleared_extra(message: Message, reused: set[str], count: Callable[[Message], int]) -> int:
+    """What naming the handle in each plain cleared marker of ``message``'s calls adds."""
+    calls = []
+    changed = False
+    for call in message.tool_calls or ():
+        handle = arguments_handle(call.id, _STAND_IN_DIGEST if call.id in reused else None)
+
+        def named(match: re.Match[str], handle: str = handle) -> str:
+            # The marker sits in a JSON string: its quotes are escaped there.
+            return json.dumps(cleared_marker(int(match.group(1)), handle=handle))[1:-1]
+
+        arguments = _PLAIN_CLEARED.sub(named, call.arguments)
+        if arguments == call.arguments:
+            calls.append(call)
+            continue
+        changed = True
+        calls.append(call.model_copy(update={"arguments": arguments}))
+    if not changed:
+        return 0
+    return count(message.replace(tool_calls=calls)) - count(message)
