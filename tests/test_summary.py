@@ -180,6 +180,100 @@ async def test_system_messages_stay_first_and_mid_history_ones_are_kept() -> Non
     assert out[4:] == history[4:]
 
 
+# -- pins (issue 20): never summarised away ---------------------------------------------------
+
+
+def pinned_session() -> list[Message]:
+    """A task, a rules message and a config file the user pins, work, then the newest turn."""
+    return [
+        system("You are a coding agent."),
+        user("Fix the failing test in calc.py"),
+        user("## Rules\n1. never push to main\n2. tests first"),
+        assistant(None, call("r1", "read_file", '{"path": "setup.cfg"}')),
+        tool("r1", "[tool:pytest]\naddopts = -q  # PINNED-CONFIG"),
+        assistant(None, call("r2", "bash", '{"cmd": "pytest"}')),
+        tool("r2", padded("FAILED test_calc.py::test_add")),
+        assistant(padded("Fixed add(): it subtracted.")),
+        user("Now add a mul() function"),
+        assistant("On it."),
+    ]
+
+
+async def test_the_task_and_the_users_pins_stay_verbatim_before_the_summary() -> None:
+    from ctxcompact.kit import PinRules
+
+    history = pinned_session()
+    llm = ScriptedLLM("Fixed add(); tests pass.")  # a summary that omits the rules
+    ctx = CompactionContext(
+        history,
+        COUNTER.count(history),
+        100_000,
+        1_000,
+        llm=llm,
+        pin=PinRules(["## Rules", "PINNED-CONFIG"]),
+    )
+    out = await LLMSummary(llm).compact(ctx)
+    assert out is not None
+    # System, the task, the rules, the pinned result with its call (a result never loses its
+    # call), then the summary of what is left, then the preserved tail: the same objects.
+    assert out[:5] == history[:5]
+    assert all(a is b for a, b in zip(out[:5], history[:5], strict=True))
+    assert summary_text(out[5]) == "Fixed add(); tests pass."
+    assert out[6:] == history[8:]
+    assert check_history(out) == []
+    text = llm.requests[0].messages[0].text
+    assert "FAILED test_calc.py::test_add" in text
+    for kept in ("Fix the failing test", "## Rules", "PINNED-CONFIG", "setup.cfg"):
+        assert kept not in text, kept  # not summarised: it is in the view as it was
+
+
+async def test_under_the_controller_a_summary_omitting_a_pinned_rule_leaves_it_in_view() -> None:
+    from ctxcompact import CompactionController
+
+    history = pinned_session()
+    controller = CompactionController(
+        LLMSummary(ScriptedLLM("Fixed add(); tests pass.")),
+        max_context_size=10_000,
+        reserved_context_size=100,
+        pin_patterns=["## Rules"],
+    )
+    result = await controller.compact(history, force=True)
+    assert result.event is not None
+    assert result.event.status == "compacted"
+    assert any(m is history[2] for m in result.history)  # the rule, verbatim
+    assert any(m is history[1] for m in result.history)  # the task, verbatim
+    # The strategy kept it: the controller had nothing to put back (a strategy that loses a
+    # pin gets it back with a pin_restored problem: tests/test_recall_every_removal.py).
+    assert [p.kind for p in result.event.problems] == []
+
+
+async def test_a_summary_made_ahead_keeps_what_it_kept_when_a_newer_user_message_came() -> None:
+    history = [
+        user("Fix the failing test in calc.py"),
+        assistant(padded("Reading calc.py.")),
+        user("use pytest -x"),
+        assistant(padded("Ran pytest -x.")),
+        assistant("Fixed add()."),
+        user("thanks"),
+        assistant("welcome"),
+    ]
+    lazy = LLMSummary(ScriptedLLM("made ahead"), summarize_at_trigger=False)
+    ahead = await lazy.summarize_ahead(make_ctx(history))
+    assert ahead is not None
+    assert (ahead.start, ahead.end) == (0, 5)
+    # Later: a new user message makes "use pytest -x" no longer the newest one. The summary
+    # made ahead did not cover it, so it still stays verbatim.
+    later = [*history, user("now add mul()"), assistant("on it")]
+    from dataclasses import replace
+
+    ctx = replace(make_ctx(later), ahead=replace(ahead, history_length=len(later)))
+    out = await lazy.compact(ctx)
+    assert out is not None
+    assert out[:2] == [history[0], history[2]]
+    assert summary_text(out[2]) == "made ahead"
+    assert out[3:] == later[5:]
+
+
 async def test_returns_none_without_calling_the_llm_when_nothing_is_old_enough() -> None:
     llm = ScriptedLLM()  # any call would fail: it has no responses
     strategy = LLMSummary(llm)
