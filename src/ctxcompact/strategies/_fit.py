@@ -13,8 +13,10 @@ pinned messages aside.
 
 Pinned messages (system messages, the first and the newest user message, the user's pins:
 :func:`ctxcompact.kit.pinned_indices`) are never dropped, like system messages inside an
-exchange; when nothing else can give the room, the pinned user messages are cut head + tail
-(the last resort).
+exchange. When they and the newest step do not fit together, the kept messages that are not
+pinned give the room first (their calls' long arguments cleared as ``clear_tool_inputs`` does,
+then their text cut head + tail); only when the pins alone leave no room are the pinned user
+messages cut head + tail (the last resort, logged at WARNING).
 
 With recall on (the controller keeps what is removed), the note on the task is the recall
 form of :func:`ctxcompact.kit.drop_note`, written whenever anything was dropped, and every cut
@@ -443,7 +445,9 @@ class Fitter:
 
     def _cut(self, plan: Plan, marker_cost: int) -> list[Message]:
         """Drop every candidate and cut the kept tool results (the newest exchange's and the
-        task's) to fit; the task itself only when it alone is over the budget."""
+        task's) to fit; in the last plan, what is kept but not pinned is cleared and cut
+        first, pins only when they alone leave no room; the task itself only when it alone
+        is over the budget."""
         work, tokens, count, budget = self.work, self.tokens, self.count, self.budget
         kept = set(plan.fixed)
         if plan.newest is not None:
