@@ -201,7 +201,9 @@ def test_recall_calls_and_hits_are_counted(
     fake, url = upstream
     fake.recall_ids = ["call_0", "no-such-call"]  # the second finds nothing
     extra = f'[store]\npath = "{tmp_path / "originals.db"}"\nrecall = true\n'
-    with serve_in_thread(create_app(load_config(write_config(tmp_path, url, extra)))) as proxy:
+    # A window with room for both rounds (a nearly full one closes the loop early).
+    config = write_config(tmp_path, url, extra, max_context_size=5000, trigger_ratio=0.5)
+    with serve_in_thread(create_app(load_config(config))) as proxy:
         answer = post(
             proxy, "/v1/chat/completions", {"model": "m", "messages": openai_history(4, 300)}
         )

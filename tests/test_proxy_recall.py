@@ -57,9 +57,15 @@ def upstream() -> Iterator[tuple[FakeUpstream, str]]:
         yield fake, url
 
 
+ROOMY = {"max_context_size": 5000, "trigger_ratio": 0.5}
+"""A window with room for the recall rounds these tests make (every follow-up stays inside
+the window: the proxy cuts or closes rounds that would not fit), its trigger at half of it,
+where the 2000-token window of the plain proxy tests put it."""
+
+
 def recall_config(tmp_path: Path, url: str) -> Path:
     extra = f'[store]\npath = "{tmp_path / "originals.db"}"\nrecall = true\n'
-    return write_config(tmp_path, url, extra=extra)
+    return write_config(tmp_path, url, extra=extra, **ROOMY)
 
 
 def tool_names(body: dict[str, Any]) -> list[str]:
@@ -216,6 +222,7 @@ def test_recall_rounds_are_bounded_and_the_call_never_reaches_the_client(
 ) -> None:
     fake, url = upstream
     fake.recall_ids = ["call_0"] * (MAX_RECALL_ROUNDS + 2)
+    fake.recall_limit = 10  # short pages: the window has room for every round
     messages = openai_history(turns=4, output_chars=300)
     with start_proxy(recall_config(tmp_path, url)) as proxy:
         answer = openai_client(proxy).chat.completions.create(

@@ -19,13 +19,21 @@ import httpx
 import openai
 import pytest
 
-from ctxcompact import from_openai, to_anthropic, to_openai
+from ctxcompact import (
+    HeuristicTokenCounter,
+    from_anthropic,
+    from_openai,
+    from_responses,
+    to_anthropic,
+    to_openai,
+)
 from tests.helpers.proxy_servers import FakeUpstream, serve_in_thread
 from tests.helpers.recall_upstream import MARKER, RECALL, Pager, signature
 from tests.helpers.responses_items import chat_to_items
 from tests.helpers.traces import load_trace, trace_names
 from tests.test_proxy import SECRET, anthropic_history, openai_history, start_proxy, write_config
 from tests.test_proxy_metrics import scrape, value
+from tests.test_proxy_recall import ROOMY
 from tests.test_proxy_responses import responses_items
 
 ROUTES = ["chat", "messages", "responses"]
@@ -45,9 +53,10 @@ def serve(pager: Pager | FakeUpstream) -> Any:
 
 
 def recall_config(tmp_path: Path, url: str, extra: str = "", **compaction: Any) -> Path:
+    """A recall config on a window with room for every page the pager reads (``ROOMY``)."""
     store = f'[store]\npath = "{tmp_path / "originals.db"}"\nrecall = true\n'
     # write_config ends inside [proxy]: extra keys of that table go first.
-    return write_config(tmp_path, url, extra=extra + store, **compaction)
+    return write_config(tmp_path, url, extra=extra + store, **{**ROOMY, **compaction})
 
 
 def openai_sdk(proxy: str) -> openai.OpenAI:
@@ -150,14 +159,60 @@ def test_a_model_that_pages_through_everything_is_served_on_every_route(
     names = handles(first)
     assert len(names) >= 2  # hidden results, each 300 lines: two recall windows each
     rounds = len(pager.received) - 1
-    assert rounds == 2 * len(names) > 3
+    assert rounds > 3
     assert pager.refusals == []  # thinking and reasoning went back as the provider requires
-    # Every page came back: the first window, then from line 201 on.
+    # Pages came back (the first window, then from line 201 on) while the window had room
+    # for them; then the model was told it is full. Every follow-up fits the window.
     pages = [results_sent(route, r.json())[0] for r in pager.received[1:]]
     assert not any(p.startswith("Error") for p in pages)
-    assert sum("201: line" in p for p in pages) == len(names)
+    assert sum("201: line" in p for p in pages) >= 1
+    assert all(p.startswith("Tool result ") for p in pages[:-1])
+    assert pages[-1].startswith(("Tool result ", "Not run: the context window has no room"))
+    for request in pager.received:
+        assert follow_up_tokens(route, request.json()) <= ROOMY["max_context_size"] - 100
     assert text.endswith(f"read {rounds} pages of {len(names)} results")
     assert recall_calls_in(got) == []
+
+
+def follow_up_tokens(route: str, body: dict[str, Any]) -> int:
+    """What the proxy's default counter says ``body`` takes of the window: its history and
+    its tools' descriptions."""
+    counter = HeuristicTokenCounter()
+    if route == "chat":
+        history = from_openai(body["messages"])
+    elif route == "messages":
+        history = from_anthropic(body["messages"], system=body.get("system"))
+    else:
+        history = from_responses(body["input"])
+    return counter.count(history) + counter.count_text(json.dumps(body.get("tools") or []))
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["plain", "streamed"])
+@pytest.mark.parametrize("route", ROUTES)
+def test_recall_rounds_stay_inside_a_nearly_full_window(
+    tmp_path: Path, route: str, stream: bool
+) -> None:
+    # The plain proxy tests' 2000-token window: the compacted request leaves about a page of
+    # room, so the first page is cut to what is left and the next round is told the window
+    # is full (the upstream used to get follow-ups past the window it was compacted for).
+    pager = Pager()
+    with (
+        serve(pager) as url,
+        start_proxy(recall_config(tmp_path, url, max_context_size=2000)) as proxy,
+    ):
+        text, got = ask(proxy, route, stream)
+    pages = [results_sent(route, r.json())[0] for r in pager.received[1:]]
+    assert len(pages) >= 2
+    assert pages[0].startswith("Tool result ")  # a page, cut to the room: it says where to go on
+    assert "[more from line " in pages[0]
+    assert pages[-1].startswith("Not run: the context window has no room")
+    for request in pager.received:
+        assert follow_up_tokens(route, request.json()) <= 2000 - 100
+    assert recall_calls_in(got) == []
+    # The pager calls again after the closing round (it only stops on "budget"): the calls
+    # are taken out and the client gets the model's own text.
+    assert text.endswith("Let me read more.")  # streamed: each round's text, in one message
+    assert pager.refusals == []
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["plain", "streamed"])
@@ -375,6 +430,10 @@ def test_no_recall_call_reaches_the_client_on_any_trace(
                 got = events_of(r.text) if stream else r.json()
                 assert recall_calls_in(got) == [], name
                 rounds.append(len(pager.received) - before - 1)
+                # Every follow-up inside the window (16,000, 1,000 for the answer): without
+                # fitting, 30 of 104 Chat follow-ups were over it, the largest 29,396 tokens.
+                for request in pager.received[before:]:
+                    assert follow_up_tokens(route, request.json()) <= 16000 - 1000, name
     assert pager.refusals == []
     # Not vacuous: most traces were compacted, offered recall, and paged past three rounds,
     # up to the bound and its closing round.

@@ -19,6 +19,7 @@ import pytest
 
 from tests.helpers.proxy_servers import FakeUpstream, serve_in_thread
 from tests.test_proxy import anthropic_history, openai_history, start_proxy, write_config
+from tests.test_proxy_recall import ROOMY
 
 NOT_STORED = "Nothing is kept under"  # a plain sentence, not an error the model cannot act on
 
@@ -51,7 +52,7 @@ def upstream() -> Iterator[tuple[FakeUpstream, str]]:
 
 def recall_config(tmp_path: Path, url: str) -> Path:
     extra = f'[store]\npath = "{tmp_path / "originals.db"}"\nrecall = true\n'
-    return write_config(tmp_path, url, extra=extra)
+    return write_config(tmp_path, url, extra=extra, **ROOMY)
 
 
 def conversation(route: str, owner: str) -> dict[str, Any]:

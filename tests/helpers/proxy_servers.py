@@ -84,6 +84,7 @@ class FakeUpstream:
         recall_ids: While not empty and the request offers ``recall_tool_result`` (Responses:
             whole answers only), the answer calls it with the next of these ids (taken off
             the list).
+        recall_limit: With ``recall_ids``, the ``limit`` (lines) each recall call asks for.
         also_call: With ``recall_ids``, the answer also calls this other tool (mixed).
         follow_up_status: When set, a request carrying a recall result gets this status.
         script: When set, every chat, messages and responses answer is these bytes, as an
@@ -97,6 +98,7 @@ class FakeUpstream:
     too_long: str = "openai"
     window: int = 8192
     recall_ids: list[str] = field(default_factory=list)
+    recall_limit: int | None = None
     also_call: str | None = None
     follow_up_status: int | None = None
     script: list[bytes] | None = None
@@ -119,7 +121,10 @@ class FakeUpstream:
             return None
         n = len(self.received)
         target = self.recall_ids.pop(0)
-        calls = [(f"rc_{n}", "recall_tool_result", json.dumps({"tool_call_id": target}))]
+        arguments: dict[str, Any] = {"tool_call_id": target}
+        if self.recall_limit is not None:
+            arguments["limit"] = self.recall_limit
+        calls = [(f"rc_{n}", "recall_tool_result", json.dumps(arguments))]
         if self.also_call:
             calls.append((f"oc_{n}", self.also_call, "{}"))
         return calls

@@ -69,7 +69,7 @@ def create_app(
     try:
         from ._app import ProxySettings, build_app
         from ._metrics import ProxyMetrics
-        from ._recall import Recall
+        from ._recall import Recall, text_tokens
         from ._retry import ContextRetry
         from ._rewrite import Rewriter
         from ._windows import ModelWindows
@@ -94,7 +94,7 @@ def create_app(
         max_body_bytes=p.max_body_bytes,
     )
     recall = (
-        Recall(wiring.store, max_rounds=p.max_recall_rounds)
+        Recall(wiring.store, max_rounds=p.max_recall_rounds, count=text_tokens(wiring.counter))
         if wiring.recall and wiring.store is not None
         else None
     )

@@ -19,6 +19,14 @@ The loop is bounded and never leaks a recall call to a client that did not offer
   or beside calls of the client's tools) are taken out (:meth:`RecallShape.strip`); an answer
   left with no text gets one that says so (:func:`~._recall_formats.kept_back`).
 
+Every follow-up stays inside the window the request was compacted for: the rewrite reports
+the room left (:attr:`~._rewrite.RewriteReport.recall_room`: the window less the request's
+tokens and its answer budget), each round's results are cut to what is left (the recall
+window stops early and says where to go on, as for a long original), and a round that finds
+less than :data:`MIN_RECALL_ROOM` tokens left is a closing round that says the window is full
+(:func:`~._recall_formats.no_room`). Without that, a model paging through long originals into
+a nearly full window made the upstream refuse a follow-up the client never asked for.
+
 A client that offered a tool of that name itself gets the calls the proxy does not answer.
 
 Streaming answers are relayed as they come until the first call names the recall tool; from
@@ -37,8 +45,10 @@ import httpx
 from starlette.responses import JSONResponse, Response
 
 from .._defaults import MAX_RECALL_ROUNDS
-from ..store._recall import RECALL_TOOL_NAME, execute_recall, recall_found
-from ._recall_formats import SHAPES, RecallShape, budget_spent, kept_back, tool_name
+from .._history.messages import Message
+from .._tokens.counters import TokenCounter, counts_text
+from ..store._recall import MAX_RECALL_CHARS, RECALL_TOOL_NAME, execute_recall, recall_found
+from ._recall_formats import SHAPES, RecallShape, budget_spent, kept_back, no_room, tool_name
 from ._recall_stream import ChatStream, StreamState, sse_events
 from ._recall_stream_messages import MessagesStream
 from ._recall_stream_responses import ResponsesStream
@@ -50,11 +60,29 @@ if TYPE_CHECKING:
     from ..store._records import OriginalsStore
     from ._rewrite import RewriteReport
 
-__all__ = ["MAX_RECALL_ROUNDS", "Recall", "stream_state"]
+__all__ = ["MAX_RECALL_ROUNDS", "MIN_RECALL_ROOM", "Recall", "stream_state", "text_tokens"]
 
 logger = logging.getLogger("ctxcompact.proxy")
 
 Body = dict[str, Any]
+Results = list[tuple[str, str]]
+
+MIN_RECALL_ROOM = 256
+"""Tokens a recall round needs left in the window to be run: below it, a page would hold a
+few lines at most, and the round closes the loop instead (the model answers with what it
+has). About a screenful of numbered lines."""
+
+_CALL_TOKENS = 24
+"""Tokens a recall call and its result cost beyond their texts, per call (the call's id and
+name, the result's wrapping): an allowance, since the wire formats differ."""
+
+_FIT_TRIES = 4
+"""Times a round's results are cut down to fit what is left before the round gives up."""
+
+_MIN_CHARS = 500
+"""A page cut below this many characters of the original is not worth a round: the round
+closes the loop instead."""
+
 _HOP = frozenset({"content-length", "content-encoding", "transfer-encoding", "connection"})
 _HOP |= {"keep-alive", "trailer", "upgrade", "date", "server"}
 
@@ -74,11 +102,20 @@ class Recall:
         ('recall_tool_result', True)
     """
 
-    def __init__(self, store: OriginalsStore, *, max_rounds: int = MAX_RECALL_ROUNDS) -> None:
+    def __init__(
+        self,
+        store: OriginalsStore,
+        *,
+        max_rounds: int = MAX_RECALL_ROUNDS,
+        count: Callable[[str], int] | None = None,
+    ) -> None:
         if max_rounds < 0:
             raise ValueError(f"max_rounds must be 0 or more, got {max_rounds}")
         self.store = store
         self.max_rounds = max_rounds
+        self.count = count
+        """Tokens of a text, to fit each round into the room its request has left; ``None``:
+        results are not fitted."""
         self.on_answered: Callable[[int, int], object] | None = None
         """Told how many calls each round answered and how many found their original (the
         proxy's metrics)."""
@@ -92,31 +129,84 @@ class Recall:
             return body, False
         return {**body, "tools": [*tools, SHAPES[provider].spec()]}, True
 
-    def run(self, calls: list[tuple[str, Any]], namespace: str) -> list[tuple[str, str]]:
+    def run(
+        self, calls: list[tuple[str, Any]], namespace: str, max_chars: int = MAX_RECALL_CHARS
+    ) -> Results:
         """Each call's id and the text of its result (whatever the handle names: the
-        executor reads it, the proxy passes it through)."""
-        results = [
-            (cid, execute_recall(self.store, args, namespace=namespace)) for cid, args in calls
+        executor reads it, the proxy passes it through), at most ``max_chars`` characters of
+        the original each."""
+        return [
+            (cid, execute_recall(self.store, args, namespace=namespace, max_chars=max_chars))
+            for cid, args in calls
         ]
+
+    async def answer(
+        self, calls: list[tuple[str, Any]], namespace: str, room: int | None = None
+    ) -> Results | None:
+        """:meth:`run` in a worker thread (a recall reads the store and scans a whole result:
+        linear time, but a result can be megabytes, and other clients' requests must not wait
+        for it on the event loop), cut down until the results fit in ``room`` tokens;
+        ``None`` when they cannot (``room`` is too small for a useful page)."""
+        chars = MAX_RECALL_CHARS
+        for _ in range(_FIT_TRIES):
+            results = await asyncio.to_thread(self.run, calls, namespace, chars)
+            if room is None or self.count is None:
+                break
+            used = sum(self.count(text) for _, text in results)
+            if used <= room:
+                break
+            # The texts are mostly the original's characters: cut them in proportion, a
+            # little more than that (a line is shown whole or cut, so a cut is not exact).
+            chars = int(min(chars, sum(len(t) for _, t in results) / len(results)) * room / used)
+            chars = chars * 9 // 10
+            if chars < _MIN_CHARS:
+                return None
+        else:
+            return None
         if self.on_answered is not None:
             found = sum(1 for _, text in results if recall_found(text))
             self.on_answered(len(results), found)
         return results
 
-    async def answer(self, calls: list[tuple[str, Any]], namespace: str) -> list[tuple[str, str]]:
-        """:meth:`run` in a worker thread: a recall reads the store and scans a whole result
-        (linear time, but a result can be megabytes), and other clients' requests must not
-        wait for it on the event loop."""
-        return await asyncio.to_thread(self.run, calls, namespace)
-
     async def results(
-        self, calls: list[tuple[str, Any]], namespace: str, rounds: int
-    ) -> tuple[list[tuple[str, str]], bool]:
-        """The results for round ``rounds + 1``, and whether it is the closing round."""
-        if rounds < self.max_rounds:
-            return await self.answer(calls, namespace), False
-        logger.info("proxy: recall budget of %d round(s) spent; closing round", rounds)
-        return [(cid, budget_spent(rounds)) for cid, _ in calls], True
+        self, calls: list[tuple[str, Any]], namespace: str, rounds: int, room: int | None = None
+    ) -> tuple[Results, bool, int]:
+        """The results for round ``rounds + 1``, whether it is the closing round, and the
+        tokens the round adds to the request (0 when ``room`` is ``None``: not fitted).
+
+        ``room`` is what the window has left for the round: the calls and their results
+        must fit in it (:attr:`~._rewrite.RewriteReport.recall_room`)."""
+        if rounds >= self.max_rounds:
+            logger.info("proxy: recall budget of %d round(s) spent; closing round", rounds)
+            return [(cid, budget_spent(rounds)) for cid, _ in calls], True, 0
+        if room is None or self.count is None:
+            answered = await self.answer(calls, namespace)
+            assert answered is not None  # not fitted: never None
+            return answered, False, 0
+        count = self.count
+        calls_cost = sum(_CALL_TOKENS + count(_arguments(args)) for _, args in calls)
+        left = room - calls_cost
+        answered = await self.answer(calls, namespace, left) if left >= MIN_RECALL_ROOM else None
+        if answered is None:
+            logger.info("proxy: %d token(s) left in the window; closing recall round", room)
+            closing = [(cid, no_room(max(room, 0))) for cid, _ in calls]
+            return closing, True, calls_cost + sum(count(t) for _, t in closing)
+        return answered, False, calls_cost + sum(count(t) for _, t in answered)
+
+    def room(self, report: RewriteReport) -> int | None:
+        """Tokens the recall rounds of ``report``'s request may add: its room in the window
+        less the recall tool's own description; ``None`` when no window applies."""
+        if report.recall_room is None or self.count is None:
+            return None
+        return report.recall_room - self.count(json.dumps(SHAPES["openai"].spec()))
+
+    def spend(self, room: int | None, answer: Body) -> int | None:
+        """``room`` less the model's turn that goes into the follow-up, counted as the
+        answer's JSON text (more than the turn: ids and usage are in it, so it errs on the
+        safe side)."""
+        if room is None or self.count is None:
+            return room
+        return room - self.count(json.dumps(answer, ensure_ascii=False))
 
     async def respond(
         self,
@@ -142,10 +232,13 @@ class Recall:
         body: Body = json.loads(content)
         added = report.recall_added
         if body.get("stream") is True:
-            chunks = _stream(self, upstream, resend, provider, body, namespace, added)
+            chunks = _stream(
+                self, upstream, resend, provider, body, namespace, added, self.room(report)
+            )
             return Relay(upstream, shown_url, _headers(upstream, extra), chunks)
         shape = SHAPES[provider]
         rounds, closing = 0, False
+        room = self.room(report)
         while True:
             data, broke = await _read(upstream)
             if broke is not None:
@@ -156,8 +249,10 @@ class Recall:
                 return Response(data, upstream.status_code, _headers(upstream, extra))
             calls = shape.recall_calls(answer) if not closing else None
             if calls is not None and (added or rounds < self.max_rounds):
-                results, closing = await self.results(calls, namespace, rounds)
+                room = self.spend(room, answer)
+                results, closing, used = await self.results(calls, namespace, rounds, room)
                 rounds += 1
+                room = None if room is None else room - used
                 body = shape.follow_up(body, answer, results)
                 try:
                     upstream = await resend(_dumps(body))
@@ -193,6 +288,19 @@ async def _cut(data: bytes, error: httpx.HTTPError) -> AsyncIterator[bytes]:
     if data:
         yield data
     raise error
+
+
+def text_tokens(counter: TokenCounter) -> Callable[[str], int]:
+    """``counter``'s count of a text: its own ``count_text`` when it promises one, else the
+    count of a user message holding the text (a little more: the message's overhead)."""
+    if counts_text(counter):
+        return counter.count_text
+    return lambda text: counter.count_message(Message.user(text))
+
+
+def _arguments(arguments: Any) -> str:
+    """A call's arguments as text (the model wrote JSON text, or the route gave an object)."""
+    return arguments if isinstance(arguments, str) else json.dumps(arguments)
 
 
 def _json(data: bytes) -> object:
@@ -241,6 +349,7 @@ async def _stream(
     body: Body,
     namespace: str,
     added: bool,
+    room: int | None,
 ) -> AsyncIterator[bytes]:
     """The client's stream: the upstream's events, held from a recall call on, and the
     follow-ups' events after them. An ``httpx.HTTPError`` (the upstream broke off or stalled)
@@ -275,10 +384,13 @@ async def _stream(
             for out in state.release(note=note):
                 yield out
             return
-        results, closing = await recall.results(calls, namespace, rounds)
+        answer = state.answer()
+        room = recall.spend(room, answer)
+        results, closing, used = await recall.results(calls, namespace, rounds, room)
         rounds += 1
+        room = None if room is None else room - used
         logger.info("proxy: answering recall round %d in a stream", rounds)
-        body = shape.follow_up(body, state.answer(), results)
+        body = shape.follow_up(body, answer, results)
         state = state.next_round()
         try:
             upstream = await resend(_dumps(body))

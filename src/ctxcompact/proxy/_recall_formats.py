@@ -27,6 +27,7 @@ __all__ = [
     "ResponsesShape",
     "budget_spent",
     "kept_back",
+    "no_room",
     "recall_tool_spec_responses",
 ]
 
@@ -41,6 +42,15 @@ def budget_spent(rounds: int) -> str:
         f"Not run: this request's recall budget is spent ({rounds} rounds, the proxy's "
         "max_recall_rounds). Go on with what you have: answer, or use your other tools; "
         f"{RECALL_TOOL_NAME} works again on your next turn."
+    )
+
+
+def no_room(left: int) -> str:
+    """The recall result that answers a call when the window has no room left for a page."""
+    return (
+        f"Not run: the context window has no room left for more recalled text in this "
+        f"request ({left} tokens left). Go on with what you have: answer, or use your other "
+        f"tools; {RECALL_TOOL_NAME} works again on your next turn."
     )
 
 

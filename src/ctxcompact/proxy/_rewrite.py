@@ -98,6 +98,11 @@ class RewriteReport:
     recall_added: bool = False
     """The proxy added the recall tool (the client did not offer one of that name): its
     calls must never reach the client (not a header)."""
+    recall_room: int | None = None
+    """Tokens the recall rounds may add to the request as forwarded and stay inside the
+    window it was compacted for: the window less its tokens and its answer budget
+    (``max_tokens``, else the reserve). ``None`` when recall was not offered (not a
+    header)."""
     summarizer: str | None = None
     """``unavailable`` when the summarizer's circuit breaker refused a call (the request went
     without the summary, the cheaper tiers applied), ``failed`` when a call failed as in an
@@ -369,6 +374,7 @@ class Rewriter:
             and body.get("conversation") is None
         )
         added = False
+        answer_room = max_tokens if max_tokens is not None else controller.reserved_context_size
         if offered and self.recall is not None:
             new_body, added = self.recall.offer(new_body, provider)
         return new_body, RewriteReport(
@@ -381,6 +387,7 @@ class Rewriter:
             tuple(problems),
             recall_namespace=namespace if offered else None,
             recall_added=added,
+            recall_room=window - after - answer_room if offered else None,
             summarizer=summarizer,
             over_window=over_window(after, max_tokens, window),
             compaction=event,

@@ -241,6 +241,7 @@ def execute_recall(
     arguments: Mapping[str, Any] | str,
     *,
     namespace: str = DEFAULT_NAMESPACE,
+    max_chars: int = MAX_RECALL_CHARS,
 ) -> str:
     """Run a recall: the text to send back to the model as the tool's result.
 
@@ -252,6 +253,9 @@ def execute_recall(
         store: Where the originals are.
         arguments: The model's arguments, as JSON text or already parsed.
         namespace: Whose originals to look in.
+        max_chars: Characters of the original shown at most (the window stops early and
+            says where to go on): the proxy lowers it when the context window has less room
+            left than a whole window would take.
 
     Example:
         >>> from ctxcompact import Message
@@ -285,7 +289,7 @@ def execute_recall(
         if isinstance(message.content, tuple)
         else 0
     )
-    return _window(title, text, request, other_parts)
+    return _window(title, text, request, other_parts, max(1, max_chars))
 
 
 _MISSING = "Nothing is kept under"
@@ -307,7 +311,7 @@ def _count(n: int, noun: str) -> str:
     return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
-def _window(title: str, text: str, request: _Request, other_parts: int) -> str:
+def _window(title: str, text: str, request: _Request, other_parts: int, room: int) -> str:
     lines = text.split("\n")
     total = len(lines)
     parts = f", {other_parts} non-text part(s) not shown" if other_parts else ""
@@ -318,7 +322,6 @@ def _window(title: str, text: str, request: _Request, other_parts: int) -> str:
     if offset > total:
         return f"{head}: offset {offset} is past the last line ({total})."
     budget = request.limit or DEFAULT_RECALL_LINES
-    room = MAX_RECALL_CHARS
     shown: list[str] = []
     more: tuple[int, int] | None = None  # (line, char) to go on from
     last = offset - 1
