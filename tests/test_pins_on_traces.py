@@ -8,9 +8,9 @@ messages (a ctxcompact note after their text, such as the guard's drop note, is 
 adds, it removes nothing). The summary strategies run with the deterministic stand-in
 summarizer of ``tests/test_nothing_lost.py``.
 
-The whole sweep (10 cases x 3 windows x 17 traces) is marked ``slow``: about 100 s on a busy
-2-core machine (20 s of CPU). The guard's case that used to fail (a trace where the pinned
-messages and the newest step do not fit the window together) runs fast.
+The whole sweep (10 cases x 3 windows x 17 traces) is marked ``slow``: 18 s alone, about 100 s
+on the 2 cores shared with other test runs. The guard's case that used to fail (a trace where
+the pinned messages and the newest step do not fit the window together) runs fast.
 """
 
 from __future__ import annotations
