@@ -10,10 +10,12 @@ ratio of the per-step time must stay under 2.
 A triggered run (``compact`` when the trigger fires, on a history the controller has
 already counted, as an agent's is) does more than the strategy: it validates the output
 (``check_history``), estimates the result (reusing the estimate of every kept message) and
-reports. It is timed against ``strategy.compact(ctx)`` alone on the same 10,000 real
-messages, minimum of the runs, GC off; the target is at most 3x.
+reports; with the default store it also records every removed original and names it. It is
+timed against ``strategy.compact(ctx)`` alone on the same 10,000 real messages, minimum of the
+runs, GC off; the target is at most 3x. The same run with ``store=None`` is printed beside it.
+``--cpu`` times the triggered runs in CPU time, which a loaded machine disturbs far less.
 
-    .venv/bin/python benchmarks/bench_controller.py [--quick]
+    .venv/bin/python benchmarks/bench_controller.py [--quick] [--cpu]
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import gc
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -82,38 +85,53 @@ def per_step(
 
 
 def triggered(
-    strategy: CompactionStrategy, history: list[Message], runs: int
-) -> tuple[float, float]:
-    """Best time of ``strategy.compact`` alone and of a triggered ``controller.compact``."""
+    strategy: CompactionStrategy,
+    history: list[Message],
+    runs: int,
+    clock: Callable[[], float] = time.perf_counter,
+) -> tuple[float, float, float]:
+    """Best time of ``strategy.compact`` alone, of a triggered ``controller.compact`` with
+    the default store (a bounded ``MemoryStore`` recording every removed original and naming
+    it) and of one with ``store=None``; the three alternate within each run."""
     counter = HeuristicTokenCounter()
     tokens = counter.count(history)
     ctx = CompactionContext(tuple(history), tokens, tokens, 1, token_counter=counter)
     loop = asyncio.new_event_loop()
     alone: list[float] = []
-    run: list[float] = []
+    run: dict[bool, list[float]] = {True: [], False: []}
     gc.disable()
     try:
         for _ in range(runs):
-            start = time.perf_counter()
+            start = clock()
             loop.run_until_complete(strategy.compact(ctx))
-            alone.append(time.perf_counter() - start)
-            controller = CompactionController(
-                strategy, max_context_size=tokens, reserved_context_size=1, token_counter=counter
-            )
-            controller.token_count(history)  # an agent's history was counted at its last step
-            start = time.perf_counter()
-            result = loop.run_until_complete(controller.compact(history))
-            run.append(time.perf_counter() - start)
-            assert result.changed, "the benchmark must time a run that compacts"
+            alone.append(clock() - start)
+            for stored in (True, False):
+                controller = CompactionController(
+                    strategy,
+                    max_context_size=tokens,
+                    reserved_context_size=1,
+                    token_counter=counter,
+                    **({} if stored else {"store": None}),
+                )
+                controller.token_count(history)  # an agent's history was counted at its last step
+                start = clock()
+                result = loop.run_until_complete(controller.compact(history))
+                run[stored].append(clock() - start)
+                assert result.changed, "the benchmark must time a run that compacts"
     finally:
         gc.enable()
         loop.close()
-    return min(alone), min(run)
+    return min(alone), min(run[True]), min(run[False])
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="fewer steps")
+    parser.add_argument(
+        "--cpu",
+        action="store_true",
+        help="time triggered runs in CPU time (process_time): steadier on a loaded machine",
+    )
     args = parser.parse_args()
     steps = 100 if args.quick else 1000
     messages = pool()
@@ -137,12 +155,14 @@ def main() -> None:
     history = (messages * (1 + 10_000 // len(messages)))[:10_000]
     print(f"\ntriggered run vs the strategy alone, 10,000 messages, best of {runs} runs")
     for strategy in (ToolResultHiding(), Schema1Masking(window_turns=8, batch_turns=0)):
-        alone, run = triggered(strategy, history, runs)
+        clock = time.process_time if args.cpu else time.perf_counter
+        alone, run, bare = triggered(strategy, history, runs, clock)
         ratio = run / alone
         verdict = "ok" if ratio <= 3 else "OVER"
         print(
             f"{type(strategy).__name__:>18s}: alone {alone * 1e3:6.1f} ms, triggered "
-            f"{run * 1e3:6.1f} ms, ratio {ratio:.2f} ({verdict}, target <= 3)"
+            f"{run * 1e3:6.1f} ms, ratio {ratio:.2f} ({verdict}, target <= 3); "
+            f"store=None {bare * 1e3:6.1f} ms, ratio {bare / alone:.2f}"
         )
 
 

@@ -10,9 +10,10 @@ per request written to stderr, here ``/dev/null``). Requests are prefixes of the
    alternating; p50/p99 of both, of the per-request difference (the added latency) and the
    ratio of the medians: once with a window so large that nothing is rewritten (the proxy's
    own cost: parse, count, decide, forward, relay) and once with a 16,000-token window where
-   every request is compacted and masked (the cost of a rewrite), without a store and then
-   with the store the proxy keeps by default (a SQLite file; here in a temporary folder, not
-   your cache folder).
+   every request is compacted and masked (the cost of a rewrite); each without a store and with
+   the store the proxy keeps by default (a SQLite file; here in a temporary folder, not your
+   cache folder, one per proxy). Each row also gives the CPU the proxy process used per
+   request over the row's requests (``/proc``), steadier than wall-clock times.
 2. Concurrency, the 200-message request, nothing rewritten, no store: 1, 10 and 50 clients (one
    asyncio task each, sending back to back) send ``--requests`` requests straight to the
    upstream, then as many through the proxy; ``--rounds`` rounds, the order alternating per
@@ -212,6 +213,8 @@ def latency(upstream: str, proxies: list[Proxy], n_messages: int, rounds: int, t
             client.post(f"{upstream}/v1/chat/completions", content=body)
             for p in proxies:
                 client.post(f"{p.url}/v1/chat/completions", content=body)
+        # Each proxy process serves only its own requests: its CPU over the run, per request.
+        used = {p.label: _cpu(p.pid) for p in proxies}
         for _ in range(rounds):
             t0 = time.perf_counter()
             client.post(f"{upstream}/v1/chat/completions", content=body).raise_for_status()
@@ -220,6 +223,7 @@ def latency(upstream: str, proxies: list[Proxy], n_messages: int, rounds: int, t
                 t1 = time.perf_counter()
                 client.post(f"{p.url}/v1/chat/completions", content=body).raise_for_status()
                 proxied[p.label].append((time.perf_counter() - t1) * 1000)
+        cpu = {p.label: (_cpu(p.pid) - used[p.label]) * 1000 / rounds for p in proxies}
     print(
         f"{len(messages):>4} msgs ({len(body) / 1024:6.1f} KiB, {trace[:22]})"
         f" | direct p50 {percentile(direct, 0.5):6.2f} p99 {percentile(direct, 0.99):6.2f} ms"
@@ -231,6 +235,7 @@ def latency(upstream: str, proxies: list[Proxy], n_messages: int, rounds: int, t
             f" p99 {percentile(times, 0.99):6.2f} ms | added p50 {percentile(added, 0.5):6.2f}"
             f" p99 {percentile(added, 0.99):6.2f} ms | ratio p50 "
             f"{statistics.median(times) / statistics.median(direct):.2f}x"
+            f" | proxy CPU {cpu[label]:5.2f} ms/request"
         )
 
 
@@ -359,6 +364,7 @@ def main() -> None:
     up.start()
     modes: list[tuple[str, int, str | None]] = [
         ("nothing rewritten, no store", NOTHING_REWRITTEN, None),
+        ("nothing rewritten, the default store", NOTHING_REWRITTEN, "originals.db"),
         ("every request rewritten, no store", EVERY_REQUEST_REWRITTEN, None),
         ("every request rewritten, the default store", EVERY_REQUEST_REWRITTEN, "originals.db"),
     ]
@@ -370,13 +376,19 @@ def main() -> None:
                 concurrency_part = args.only in (None, "concurrency")
                 if window != NOTHING_REWRITTEN and not latency_part:
                     continue
-                config = Path(tmp) / f"proxy-{window}-{store}.toml"
-                # The store, as the proxy keeps one by default, in the temporary folder.
-                kept = Path(tmp) / store if store is not None else None
-                _write_config(config, upstream, window=window, store=kept)
-                proxies = [Proxy.start("this", config, None)]
+                configs: dict[str, Path] = {}
+                for who in ("this", "baseline"):
+                    config = Path(tmp) / f"proxy-{who}-{window}-{store}.toml"
+                    # The store, as the proxy keeps one by default, in the temporary folder:
+                    # one file per proxy, so neither waits on the other's writes.
+                    kept = Path(tmp) / f"{who}-{window}-{store}" if store is not None else None
+                    _write_config(config, upstream, window=window, store=kept)
+                    configs[who] = config
+                proxies = [Proxy.start("this", configs["this"], None)]
                 if args.baseline is not None:
-                    proxies.append(Proxy.start("baseline", config, args.baseline.resolve()))
+                    proxies.append(
+                        Proxy.start("baseline", configs["baseline"], args.baseline.resolve())
+                    )
                 if args.floor:
                     proxies.append(Proxy.noop(upstream))
                 try:

@@ -136,20 +136,8 @@ def _quiet() -> Iterator[None]:
     logger.setLevel(level)
 
 
-# Found by this test when issue 21's tiered recommended.toml landed: a few cleared arguments
-# (1 to 12 per trace, on 4 traces: 3 Claude Code, 1 mini-swe-agent) are named by no marker in a
-# later view. Strict: once fixed, the xfail fails and must go.
-TIERED_ARGUMENTS = pytest.mark.xfail(
-    strict=True, reason="tiered recommended.toml: some cleared arguments named by no marker"
-)
-
-
-def case(name: str) -> object:
-    return pytest.param(name, marks=TIERED_ARGUMENTS) if name == "recommended.toml" else name
-
-
 @pytest.mark.parametrize("window", WINDOWS, ids=[f"{w // 1000}k" for w in WINDOWS])
-@pytest.mark.parametrize("name", [case(n) for n in CASES])
+@pytest.mark.parametrize("name", list(CASES))
 async def test_nothing_removed_is_lost_for_good(name: str, window: int) -> None:
     total = ReplayStats()
     lost: list[str] = []

@@ -105,15 +105,17 @@ def test_the_proxy_writes_the_summary_ahead_and_the_trigger_swaps_it_in(
     reports: list[str] = []
     written_before: list[int] = []  # summaries the summarizer had written before each request
     with serve_in_thread(app) as proxy:
-        for n in range(60):
+        for n in range(120):
             written_before.append(len(summarizer.requests))
             reports.append(ask(proxy, messages))
             wait_idle(app)
-            if len([r for r in reports if "action=compacted" in r]) == 2:
+            # Until a request compacts with the second summary written before it arrived
+            # (each is started once the next request may reach the trigger).
+            if written_before[-1] >= 2 and "action=compacted" in reports[-1]:
                 break
             messages = with_turn(messages, n)
     compacted = [k for k, r in enumerate(reports) if "action=compacted" in r]
-    assert len(compacted) == 2
+    assert len(compacted) >= 2
     first = compacted[0]
     # A summary was written before the first trigger, by a request that went out unchanged...
     assert len(summarizer.requests) >= 2

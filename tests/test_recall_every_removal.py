@@ -22,6 +22,7 @@ from ctxcompact import (
     load_config,
 )
 from ctxcompact.exceptions import ConfigError
+from ctxcompact.kit import HIDDEN_PLACEHOLDER
 from ctxcompact.replay import RecallCheck
 from ctxcompact.store import (
     DEFAULT_MEMORY_STORE_BYTES,
@@ -32,7 +33,7 @@ from ctxcompact.store import (
     recall_whole,
     removed_originals,
 )
-from ctxcompact.strategies import ContextGuard, ToolInputClearing
+from ctxcompact.strategies import ContextGuard, ToolInputClearing, ToolResultHiding
 from ctxcompact.testing import FunctionStrategy, ScriptedLLM
 
 from .helpers.gen import assistant, call, system, tool, user
@@ -121,6 +122,51 @@ async def test_cleared_arguments_name_their_handle_and_recall_returns_the_argume
         assert f'recall_tool_result(\\"{removal.handle}\\")' in shown[0].arguments
         assert recall_whole(controller.store, removal.handle) == removal.call.arguments
         assert check.comes_back(removal, result.history)
+
+
+async def test_arguments_cleared_then_dropped_are_named_by_the_drop_and_come_back() -> None:
+    # Issue 20, found on the tiered recommended configuration: a call cleared by one
+    # compaction and dropped by a later one was listed under a digest of its cleared text,
+    # which names nothing the store holds. A call the clearing left whole, in the same
+    # message, was never stored at all.
+    listed = call("s0", "ls", json.dumps({"path": "."}))
+    history = [
+        user("write the files"),
+        assistant(None, written(0), listed),
+        tool("w0", "ok"),
+        tool("s0", "a.py b.py"),
+        assistant(None, written(1)),
+        tool("w1", "ok"),
+        assistant(None, written(2)),
+        tool("w2", "ok"),
+        assistant("done"),
+    ]
+    clearing = ToolInputClearing(keep_recent=1, min_chars=31)
+
+    def clear_then_drop(ctx: CompactionContext) -> object:
+        if len(clear_then_drop.calls) == 1:  # type: ignore[attr-defined]
+            return clearing.compact(ctx)
+        return [ctx.history[0], *ctx.history[6:]]  # the two oldest steps go
+
+    strategy = FunctionStrategy(clear_then_drop)
+    clear_then_drop.calls = strategy.calls  # type: ignore[attr-defined]
+    controller = recall_controller(strategy)
+    first = await controller.compact(history, force=True)
+    cleared = first.history[1].tool_calls
+    assert cleared is not None
+    assert 'recall_tool_result(\\"args:w0\\")' in cleared[0].arguments
+    assert cleared[1].arguments == listed.arguments  # left whole
+    second = await controller.compact(first.history, force=True)
+    assert second.changed
+    assert check_history(second.history) == []
+    view = second.history
+    removals = removed_originals(history, view)
+    arguments = {r.handle for r in removals if r.call is not None}
+    assert {"args:w0", "args:s0", "args:w1"} <= arguments
+    check = RecallCheck(controller.store)  # type: ignore[arg-type]
+    assert check.lost(removals, view) == []
+    assert recall_whole(controller.store, "args:w0") == written(0).arguments
+    assert recall_whole(controller.store, "args:s0") == listed.arguments
 
 
 # -- the guard's drops ----------------------------------------------------------------------------
@@ -228,6 +274,54 @@ async def test_a_marker_never_promises_what_the_store_evicted(
             for handle in NAMED.findall(text):
                 answer = execute_recall(store, {"tool_call_id": handle})
                 assert "cannot be recalled" not in answer, f"{handle} is promised but gone"
+
+
+def hiding_steps(first: int, last: int) -> list[Message]:
+    out: list[Message] = []
+    for n in range(first, last):
+        out += [assistant(None, call(f"h{n}", "cat")), tool(f"h{n}", f"file {n}\n" + "y" * 600)]
+    return out
+
+
+def promised_handles(view: list[Message]) -> set[str]:
+    return {
+        handle
+        for message in view
+        for text in (message.text, *(c.arguments for c in message.tool_calls or ()))
+        for handle in NAMED.findall(text)
+    }
+
+
+async def test_a_later_eviction_takes_back_the_promise_an_earlier_marker_made(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # The first compaction's markers name originals the store held then; the second one's
+    # write evicts them: the view it returns must not promise them any more.
+    store = MemoryStore(max_bytes=2_800)  # about three originals
+    controller = recall_controller(
+        ToolResultHiding(preserve_recent_n=1), max_context_size=100, store=store
+    )
+    first = await controller.compact([user("task"), *hiding_steps(0, 4)], force=True)
+    assert first.store_problem is None
+    early = promised_handles(first.history)
+    assert early >= {"h0", "h1", "h2"}
+    grown = [*first.history, *hiding_steps(4, 8)]
+    with caplog.at_level(logging.WARNING, logger="ctxcompact.controller"):
+        second = await controller.compact(grown, force=True)
+    assert second.store_problem is not None
+    assert second.store_problem.kind == "store_evicted"
+    assert "evicted" in caplog.text
+    assert check_history(second.history) == []
+    promised = promised_handles(second.history)
+    assert promised, "nothing is promised any more: the test needs a larger bound"
+    for handle in promised:
+        answer = execute_recall(store, {"tool_call_id": handle})
+        assert "cannot be recalled" not in answer, f"{handle} is promised but gone"
+    withdrawn = early - promised
+    assert withdrawn, "no earlier marker was taken back: the test needs a smaller bound"
+    for handle in withdrawn:  # its plain placeholder stands, and a recall says it is gone
+        assert "cannot be recalled" in execute_recall(store, {"tool_call_id": handle})
+    assert sum(m.text == HIDDEN_PLACEHOLDER for m in second.history) >= len(withdrawn)
 
 
 # -- pins -------------------------------------------------------------------------------------

@@ -155,10 +155,13 @@ def test_eviction_drops_the_least_recently_stored_first(make_store: Build) -> No
         store.put(record(f"call_{i}", "a" * 200))
     assert len(store) == 3
     store.put(record("call_0", "a" * 200))  # touched: now the newest
+    assert store.evictions == 0
     store.put(record("call_3", "a" * 200))
+    assert store.evictions == 1  # counted: the controller reports it (CountsEvictions)
     assert store.get("default", "call_1") is None  # the oldest untouched one went
     assert all(store.get("default", f"call_{i}") is not None for i in (0, 2, 3))
     store.put(record("call_4", "a" * 200))
+    assert store.evictions == 2
     assert store.get("default", "call_2") is None
     assert store.get("default", "call_0") is not None
     assert store.total_bytes <= bound

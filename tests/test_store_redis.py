@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import sys
 import threading
 import time
@@ -29,9 +30,10 @@ from ctxcompact.store import (
     StoredOriginal,
     execute_recall,
     is_async_store,
+    removed_originals,
     summary_key,
 )
-from ctxcompact.strategies import ToolResultHiding
+from ctxcompact.strategies import ContextGuard, ToolResultHiding
 
 from .helpers.gen import assistant, call, system, tool, user
 from .helpers.redis_server import RedisServer, start_redis
@@ -363,3 +365,93 @@ async def test_a_redis_that_went_away_is_reported_and_the_compaction_stands(
     # Nothing could be stored, so nothing tells the model to recall: the strategy's own text.
     assert [m.text for m in result.history] == [m.text for m in plain.history]
     assert "row 0.1" not in caplog.text
+
+
+def long_task() -> list[Message]:
+    out = [system("be brief"), user("TASK: fix the parser")]
+    for n in range(12):
+        out += [
+            assistant(f"step {n}", call(f"c{n}", "Read" if n % 2 else "Bash")),
+            tool(f"c{n}", f"result {n}\n" + "z" * 600 + "\n"),
+        ]
+    return [*out, user("continue"), assistant("ok")]
+
+
+NAMED = re.compile(r'recall_tool_result\(\\?"([^"\\]+)\\?"')
+
+
+async def test_a_small_redis_store_reports_its_evictions_and_no_marker_promises_them(
+    redis_server: RedisServer, prefix: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Issue 20: a marker promises a recall only while the store holds the original. The
+    # controller awaits RedisStore (its async path), which must count what its bound evicted.
+    history = long_task()
+    with RedisStore(redis_server.url, prefix=prefix, max_bytes=1_500) as store:  # ~1 original
+        controller = CompactionController(
+            ContextGuard(), max_context_size=1_500, reserved_context_size=0, store=store
+        )
+        with caplog.at_level(logging.WARNING, logger="ctxcompact"):
+            result = await controller.compact(history, force=True)
+        assert result.changed
+        assert store.evictions > 0
+        problem = result.store_problem
+        assert problem is not None
+        assert problem.kind == "store_evicted"
+        assert problem.count == store.evictions
+        warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
+        assert any("RedisStore evicted" in r.getMessage() for r in warnings)
+        assert "z" * 50 not in caplog.text  # counts only, no content
+        promised = {
+            handle
+            for message in result.history
+            for text in (message.text, *(c.arguments for c in message.tool_calls or ()))
+            for handle in NAMED.findall(text)
+        }
+        assert promised, "no marker names a handle: the test needs a larger bound"
+        for handle in promised:
+            answer = execute_recall(store, {"tool_call_id": handle})
+            assert "cannot be recalled" not in answer, f"{handle} is promised but gone"
+        evicted = [
+            r.handle
+            for r in removed_originals(history, result.history)
+            if r.call is None and store.get("default", r.handle) is None
+        ]
+        assert evicted, "nothing was evicted: the test needs a smaller bound"
+        answer = execute_recall(store, {"tool_call_id": evicted[0]})
+        assert not answer.startswith("Error")
+        assert f"'{evicted[0]}'" in answer
+        assert "cannot be recalled" in answer
+
+
+async def test_a_later_eviction_in_redis_takes_back_an_earlier_markers_promise(
+    redis_server: RedisServer, prefix: str
+) -> None:
+    # The controller awaits RedisStore: its async path must ask Redis, after a write that
+    # evicted, which of the handles the view's markers name it still holds.
+    with RedisStore(redis_server.url, prefix=prefix, max_bytes=5_000) as store:
+        controller = CompactionController(
+            ToolResultHiding(preserve_recent_n=1),
+            max_context_size=100,
+            reserved_context_size=0,
+            store=store,
+        )
+        first = await controller.compact(history(3), force=True)
+        assert first.store_problem is None
+        early = {h for m in first.history for h in NAMED.findall(m.text)}
+        assert early >= {"c0", "c1"}
+        grown = [*first.history]
+        for n in range(3, 7):
+            body = "\n".join(f"row {n}.{k}: {'x' * 40}" for k in range(12))
+            grown += [assistant(None, call(f"c{n}", "cat")), tool(f"c{n}", body)]
+        second = await controller.compact([*grown, assistant("done")], force=True)
+        assert second.store_problem is not None
+        assert second.store_problem.kind == "store_evicted"
+        promised = {h for m in second.history for h in NAMED.findall(m.text)}
+        assert promised
+        for handle in promised:
+            answer = execute_recall(store, {"tool_call_id": handle})
+            assert "cannot be recalled" not in answer, f"{handle} is promised but gone"
+        withdrawn = early - promised
+        assert withdrawn, "no earlier marker was taken back: the test needs a smaller bound"
+        for handle in withdrawn:
+            assert "cannot be recalled" in execute_recall(store, {"tool_call_id": handle})

@@ -130,6 +130,32 @@ async def test_the_summary_is_written_in_the_background_and_swapped_in_at_the_tr
     assert_output_invariants(history, step.history, max_new_messages=1)
 
 
+async def test_no_summary_is_made_ahead_before_the_next_call_may_reach_the_trigger() -> None:
+    # Issue 21: a summary made ahead for a conversation that ends below its trigger is a
+    # summarizer call for nothing (at 32k, one public trace that never needed compaction cost
+    # 145% of not compacting for it). Every call here adds ~135 tokens: the summary waits
+    # until the history is within that of the 3,000-token trigger, not 1,500 (the ratio).
+    llm = numbered_summaries()
+    c = controller(llm)
+    history = [user("refactor the parser")]
+    started_at, k = None, 0
+    while not c.should_compact(history):
+        tokens = c.token_count(history)
+        await c.step(history)
+        await c.settle()
+        if started_at is None and llm.requests:
+            started_at = tokens
+        history = [*history, *turn(k)]
+        k += 1
+    one_call = c.token_counter.count(turn(0))
+    assert started_at is not None
+    assert WINDOW - RESERVED - one_call <= started_at < WINDOW - RESERVED
+    assert len(llm.requests) == 1  # made once, ahead of the trigger, and nowhere else
+    step = await c.step(history)
+    assert step.event is not None
+    assert (step.event.ahead, step.event.waited_s) == ("used", 0.0)
+
+
 async def test_the_second_summary_sends_the_first_and_only_what_is_new() -> None:
     llm = numbered_summaries()
     c = controller(llm)
@@ -205,7 +231,10 @@ async def test_a_summary_not_finished_at_the_trigger_is_awaited_and_the_wait_rep
 async def test_a_failed_background_summary_is_not_retried_every_call() -> None:
     llm = ScriptedLLM(ServerError("down"), "summary after the outage")
     c = controller(llm)
-    history = [user("refactor the parser")]
+    # One early call added ~1,000 tokens: from then on the summary is due once the history
+    # is within that of the trigger, several ordinary calls before it fires.
+    big = [assistant(None, call("big", "read")), tool("big", "y" * 4_000)]
+    history = [user("refactor the parser"), *big]
     k = 0
     calls_below_trigger = []
     while not c.should_compact(history):
@@ -306,9 +335,10 @@ async def test_a_state_that_lives_one_request_starts_nothing_in_the_background()
     llm = numbered_summaries()
     c = controller(llm)
     history = [user("refactor the parser")]
-    for k in range(10):
+    k = 0
+    while not c.ahead_due(history):
         history += turn(k)
-    assert c.ahead_due(history)
+        k += 1
     assert not c.should_compact(history)
     await c.step(history, state=ControllerState(background=False))
     await asyncio.sleep(0.01)

@@ -35,15 +35,16 @@ DEFAULT_MIN_PROGRESS = 0.1
 DEFAULT_MAX_FAILURES = 3
 """Consecutive failed runs that open the controller's circuit."""
 
-# The summarizer gets the calls between 80% and 100% of the trigger to write in the background
-# (a few agent steps: each adds a tool result and an answer); what the conversation adds
-# meanwhile, at most a fifth of the trigger, stays verbatim after the summary, so the compaction
-# frees a little less than one written at the trigger itself. Lower gives the summarizer more
-# time but leaves more unsummarized (and more summaries made for conversations that end before
-# their trigger); higher leaves it too little time to finish.
+# The earliest point of a summary made ahead: the controller starts it once the next call may
+# reach the trigger (the history plus the most one call has added so far), so the summarizer
+# gets that call's time to write it, and a conversation that ends below its trigger pays for no
+# summary (one started at 80% of the trigger on a conversation that ended at 84% cost 145% of not
+# compacting). The floor keeps a conversation whose largest call was huge (a whole file read)
+# from summarizing at a fraction of its window; what it adds before the trigger, at most a fifth
+# of it, stays verbatim after the summary.
 DEFAULT_PRECOMPUTE_RATIO = 0.8
-"""Fraction of the trigger at which a summarizing strategy's summary is started in the
-background (``[compaction] precompute_ratio``; ``0`` or ``None``: never ahead of time)."""
+"""Fraction of the trigger below which no summary is started in the background
+(``[compaction] precompute_ratio``; ``0`` or ``None``: never ahead of time)."""
 
 # One failed call already means 1 + max_retries attempts, each waiting up to the timeout
 # (3 minutes with [compaction.llm]'s defaults): paying that again on the next request buys

@@ -182,8 +182,9 @@ class CompactionConfig(_Table):
     cache_ttl: float | None = Field(default=None, gt=0)
     cache_pricing: str | None = Field(default=None, min_length=1)
     precompute_ratio: float = Field(default=DEFAULT_PRECOMPUTE_RATIO, ge=0.0, lt=1.0)
-    """Fraction of the trigger at which a summarizing strategy starts its summary in the
-    background, to swap it in when the trigger fires (``0``: only at the trigger)."""
+    """Fraction of the trigger from which a summarizing strategy starts its summary in the
+    background, once the next call may reach the trigger, to swap it in when the trigger
+    fires (``0``: only at the trigger)."""
     pin_patterns: list[str] = Field(default_factory=list)
     """Messages whose text matches one of these (texts, or RE2 patterns) are pinned: never
     dropped or summarised away (:class:`ctxcompact.kit.PinRules`)."""

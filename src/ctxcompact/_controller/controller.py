@@ -194,7 +194,7 @@ class CompactionController:
         clock: The time source for ``cache_ttl`` (seconds; a replay passes the recording's).
         cache_pricing: The cache prices a rewrite the window does not need is weighed at:
             one that does not bring the history under the threshold, or that a ratio or
-            ``max_messages`` trigger fired, is kept only if what it frees, over as many
+            ``max_messages`` trigger fired, is kept only if what it frees, over half as many
             calls as the conversation has made, pays for the cache writes it causes
             (:mod:`ctxcompact._controller.payback`); otherwise it is a ``noop`` with a
             ``no_payback`` problem. Default: reads at 0.1, writes at 1.25 (Anthropic's, the
@@ -204,8 +204,10 @@ class CompactionController:
         precompute_ratio: With a strategy that can summarize ahead of time
             (:class:`~ctxcompact.SummarizesAhead`: ``LLMSummary``, ``HidingThenSummary``, a
             ``Pipeline`` with one of them), start its summary in the background once the
-            conversation reaches this fraction of the trigger (the KLIP-13 threshold, or
-            ``trigger_ratio``'s when lower), and swap it in when the trigger fires: the
+            conversation is past this fraction of the trigger (the KLIP-13 threshold, or
+            ``trigger_ratio``'s when lower) and the next call may reach the trigger (the
+            history plus the most one call has added to it so far: a conversation that ends
+            below its trigger pays for no summary), and swap it in when it fires: the
             prompt cache holds until then, and the agent does not wait for the summarizer
             unless the summary is still being written (see :mod:`ctxcompact._controller.ahead`).
             ``None`` or ``0``: summaries are written when the trigger fires.
@@ -499,15 +501,16 @@ class CompactionController:
 
     # -- summaries ahead of time ---------------------------------------------------------------
 
-    def _ahead_point(self, reserved: int) -> float | None:
-        """The token count from which a summary is made ahead (``None``: never)."""
+    def _ahead_point(self, reserved: int) -> tuple[float, float] | None:
+        """The token count from which a summary may be made ahead, and the trigger's
+        (``None``: never ahead)."""
         ratio = self.precompute_ratio
         if ratio is None or not summarizes_ahead(self.strategy):
             return None
         trigger = float(self.max_context_size - reserved)
         if self.trigger_ratio is not None:
             trigger = min(trigger, self.trigger_ratio * self.max_context_size)
-        return ratio * trigger
+        return ratio * trigger, trigger
 
     def ahead_due(
         self,
@@ -517,22 +520,38 @@ class CompactionController:
         reserved_context_size: int | None = None,
     ) -> bool:
         """Whether ``history`` has reached the point where its summary is made ahead of the
-        trigger (``precompute_ratio``), with a strategy that can (the trigger itself is
-        not checked: at the trigger the summary is made by the run).
+        trigger, with a strategy that can: at least ``precompute_ratio`` of the trigger, and
+        close enough that the next call may reach it (the history plus the most one call
+        has added to it so far). The trigger itself is not checked: at the trigger the
+        summary is made by the run.
 
         Example:
             >>> from ctxcompact import Message
             >>> from ctxcompact.strategies import LLMSummary
             >>> c = CompactionController(LLMSummary(), max_context_size=1000,
             ...                          reserved_context_size=200, precompute_ratio=0.5)
-            >>> c.ahead_due([Message.user("x " * 1000)]), c.ahead_due([Message.user("x")])
-            (True, False)
+            >>> task, answer = Message.user("task"), Message.assistant("a")
+            >>> big_steps = [task, answer, Message.user("x " * 900)]  # one call added ~560
+            >>> small_steps = [task, *[answer, Message.user("x " * 70)] * 12]  # ~50 each
+            >>> c.ahead_due(big_steps), c.ahead_due(small_steps), c.ahead_due([task])
+            (True, False, False)
         """
         reserved = (
             self.reserved_context_size if reserved_context_size is None else reserved_context_size
         )
-        point = self._ahead_point(reserved)
-        return point is not None and self.token_count(history, state=state) >= point
+        points = self._ahead_point(reserved)
+        if points is None:
+            return False
+        point, trigger = points
+        st = state or self.state
+        tokens = self.token_count(history, state=st)
+        if tokens < point:
+            return False
+        # A summary made ahead that no trigger uses is a summarizer call for nothing (a
+        # conversation that ends first): it is started only once the next call may reach
+        # the trigger, i.e. the history plus the most one call has added to it so far;
+        # that call's time is what the summarizer gets to write it.
+        return tokens + st.count.largest_step(history, self.token_counter) >= trigger
 
     def _start_ahead(
         self,

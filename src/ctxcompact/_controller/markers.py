@@ -13,8 +13,10 @@ from typing import TYPE_CHECKING, Any
 
 from .._history.messages import Message, TextPart
 from ..kit import (
+    CLEARED_RE,
     DROP_MARKER,
     DROP_NOTE_RE,
+    HIDDEN_PLACEHOLDER,
     RANGE_NOTE_RE,
     TRUNCATION_RE,
     cleared_marker,
@@ -25,20 +27,63 @@ from ..kit import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import Callable, Sequence, Set
 
     from .._history.messages import ToolCall
 
 __all__ = [
     "NAMED_RE",
+    "cleared_handle",
+    "named_handles",
     "with_cleared_handles",
     "with_drop_note",
     "with_range_note",
     "with_truncation_handle",
+    "without_handles",
 ]
 
 NAMED_RE = re.compile(r'recall_tool_result\("([^"\n]{1,300})"')
 """A handle a marker names (the first one in a text)."""
+
+# Every handle a text's markers name; inside a call's JSON arguments the quotes are escaped.
+_NAMED_ALL = re.compile(r'recall_tool_result\(\\?"([^"\\\n]{1,300})\\?"')
+_NOTE_RESULTS = re.compile(r"; results: ([^\]\n]*)\]\Z")
+
+
+def cleared_handle(arguments: str) -> tuple[bool, str | None]:
+    """Whether a call's ``arguments`` (JSON) hold a value cleared by the default marker, and
+    the handle its recall form names (``None``: the plain form, nothing to recall).
+
+    Example:
+        >>> cleared_handle('{"path": "a", "text": "[cleared: 300 chars]"}')
+        (True, None)
+        >>> from ctxcompact.kit import cleared_marker
+        >>> cleared_handle(json.dumps({"text": cleared_marker(300, handle="args:w1")}))
+        (True, 'args:w1')
+        >>> cleared_handle('{"path": "a"}')
+        (False, None)
+    """
+    if "[cleared: " not in arguments:
+        return False, None
+    try:
+        value = json.loads(arguments)
+    except ValueError:
+        return False, None
+    cleared = False
+    pending: list[Any] = [value]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, dict):
+            pending.extend(reversed(list(item.values())))
+        elif isinstance(item, list):
+            pending.extend(reversed(item))
+        elif isinstance(item, str):
+            match = CLEARED_RE.fullmatch(item)
+            if match is not None:
+                if match.group(2) is not None:
+                    return True, match.group(2)
+                cleared = True
+    return cleared, None
 
 
 def _map_text(message: Message, change: Callable[[str], str]) -> Message:
@@ -184,3 +229,105 @@ def with_range_note(message: Message, *, count: int, range_handle: str) -> Messa
         parts.pop()
     parts.append(TextPart(text=note.lstrip("\n")))
     return message.model_copy(update={"content": tuple(parts)})
+
+
+def _note_results(note: str) -> list[tuple[str, str]]:
+    """The ``(tool name, handle)`` pairs a recall-form drop note lists, in its order."""
+    match = _NOTE_RESULTS.search(note)
+    if match is None:
+        return []
+    pairs: list[tuple[str, str]] = []
+    for group in match.group(1).split(", "):
+        name, *handles = group.split(" ")
+        pairs += [(name, h) for h in handles if h]
+    return pairs
+
+
+def named_handles(message: Message) -> set[str]:
+    """Every handle the markers of ``message`` name: in its text, its calls' arguments and
+    the results its drop note lists."""
+    found: set[str] = set()
+    for text in (message.text, *(c.arguments for c in message.tool_calls or ())):
+        if "recall_tool_result" not in text:
+            continue
+        found.update(_NAMED_ALL.findall(text))
+        note = DROP_NOTE_RE.search(text)
+        if note is not None:
+            found.update(h for _, h in _note_results(note.group(0)))
+    return found
+
+
+def without_handles(
+    message: Message, gone: Set[str], *, placeholder: re.Pattern[str] | None = None
+) -> Message:
+    """``message`` with every marker naming a handle of ``gone`` (evicted from the store) in
+    its plain form, so that nothing promises a recall that cannot happen: a tool result
+    that is a recall placeholder (``placeholder`` matches it) becomes
+    :data:`~ctxcompact.kit.HIDDEN_PLACEHOLDER`; a cut's marker, a cleared value's marker and
+    a drop note that names its range lose the handle; a drop note lists only the results
+    still held; a summary's range note goes. The same object when nothing changed.
+    """
+    if not gone:
+        return message
+    content = message.content
+    if message.role == "tool" and placeholder is not None and isinstance(content, str):
+        named = NAMED_RE.search(content)
+        if named is not None and named.group(1) in gone and placeholder.fullmatch(content):
+            return with_content(message, HIDDEN_PLACEHOLDER)
+
+    def cut(match: re.Match[str]) -> str:
+        return truncation_marker(int(match.group(1))) if match.group(2) in gone else match[0]
+
+    def change(text: str) -> str:
+        if "recall_tool_result" not in text:
+            return text
+        text = TRUNCATION_RE.sub(cut, text)
+        note = DROP_NOTE_RE.search(text)
+        if note is not None and note.group(2) is not None:
+            count, listed = int(note.group(1)), _note_results(note.group(0))
+            kept = [(name, h) for name, h in listed if h not in gone]
+            new: str | None = None
+            if note.group(2) in gone:
+                new = DROP_MARKER.format(count=count)
+            elif len(kept) != len(listed):
+                new = drop_note(count, range_handle=note.group(2), results=kept)
+            if new is not None:
+                start = note.start() + (2 if note.group(0).startswith("\n\n") else 0)
+                text = text[:start] + new
+        summary = RANGE_NOTE_RE.search(text)
+        if summary is not None and summary.group(2) in gone:
+            text = text[: summary.start()]
+        return text
+
+    out = _map_text(message, change)
+    calls = out.tool_calls or ()
+    if not any("[cleared: " in c.arguments for c in calls):
+        return out
+    new_calls = [_without_cleared_handles(c, gone) for c in calls]
+    if all(a is b for a, b in zip(new_calls, calls, strict=True)):
+        return out
+    return out.replace(tool_calls=new_calls)
+
+
+def _without_cleared_handles(call: ToolCall, gone: Set[str]) -> ToolCall:
+    if "[cleared: " not in call.arguments:
+        return call
+    try:
+        value = json.loads(call.arguments)
+    except ValueError:
+        return call
+
+    def plain(item: Any) -> Any:
+        if isinstance(item, str):
+            match = CLEARED_RE.fullmatch(item)
+            if match is not None and match.group(2) in gone:
+                return cleared_marker(int(match.group(1)))
+            return item
+        if isinstance(item, dict):
+            return {k: plain(v) for k, v in item.items()}
+        if isinstance(item, list):
+            return [plain(v) for v in item]
+        return item
+
+    text = json.dumps(plain(value), ensure_ascii=False)
+    return call if text == call.arguments else call.model_copy(update={"arguments": text})

@@ -84,6 +84,28 @@ class RunningCount:
         del seen
         return total
 
+    def largest_step(self, history: Sequence[Message], counter: TokenCounter) -> int:
+        """The most one model call has added to ``history`` (estimated): the tokens from an
+        assistant message to the next one (its answer, then the tool results and user
+        messages that followed), and from the last one to the end; 0 before any answer.
+
+        Example:
+            >>> from ctxcompact import HeuristicTokenCounter, Message
+            >>> history = [Message.user("task"), Message.assistant("a"), Message.user("x" * 400)]
+            >>> RunningCount().largest_step(history, HeuristicTokenCounter())
+            133
+        """
+        self._sync(history, counter)
+        cum, largest, previous = self._cum, 0, -1
+        for i, message in enumerate(self._seen):
+            if message.role == "assistant":
+                if previous >= 0:
+                    largest = max(largest, cum[i] - cum[previous])
+                previous = i
+        if previous >= 0:
+            largest = max(largest, cum[-1] - cum[previous])
+        return largest
+
     def observe(self, tokens: int, history: Sequence[Message], counter: TokenCounter) -> None:
         """Record that the provider counted ``tokens`` for the whole ``history``."""
         self._sync(history, counter)

@@ -16,9 +16,11 @@ its handle and ``recall_tool_result``, whatever strategy wrote it:
 * a summary ends with a note naming the range it replaces.
 
 A marker promises a recall only while the store holds the original: when a store that counts
-its evictions (:class:`~ctxcompact.store.CountsEvictions`) evicted some during the ``put``,
-what it no longer holds keeps the plain marker, and the eviction is reported (a
-``store_evicted`` problem, a WARNING line with counts only). Three exceptions keep the rewrite
+its evictions (:class:`~ctxcompact.store.CountsEvictions`) evicted some during the ``put``
+(or the awaited ``aput``), what it no longer holds keeps the plain marker, the markers an
+earlier rewrite left in the view for what went are put back in their plain forms
+(:func:`~.markers.without_handles`), and the eviction is reported (a ``store_evicted``
+problem, a WARNING line with counts only). Three exceptions keep the rewrite
 honest:
 
 * a replacement that already names ``recall_tool_result`` and the right handle is kept;
@@ -36,7 +38,9 @@ fields), and markers then keep their plain forms, since nothing could be recalle
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import string
 import weakref
 from dataclasses import replace
 from typing import TYPE_CHECKING, Protocol
@@ -55,6 +59,7 @@ from ..kit import (
     note_ranges,
     placeholder_pattern,
     recall_placeholder,
+    with_content,
 )
 from ..store._async import is_async_store
 from ..store._ranges import range_record
@@ -62,11 +67,14 @@ from ..store._records import StoredOriginal, counts_evictions
 from ..store._removed import Alignment, Handles, align, records_of, removals_of, text_digest
 from .markers import (
     NAMED_RE,
+    cleared_handle,
     drop_note_count,
+    named_handles,
     with_cleared_handles,
     with_drop_note,
     with_range_note,
     with_truncation_handle,
+    without_handles,
 )
 from .problems import Problem, describe_error
 
@@ -84,6 +92,22 @@ logger = logging.getLogger("ctxcompact.controller")
 
 _PLACEHOLDER_KINDS = frozenset({"hidden", "masked"})
 _GONE = frozenset({"dropped", "summarised"})
+
+
+def leading_literal(template: str) -> str:
+    """The text of a format ``template`` before its first field (braces unescaped): how
+    every rendering of it starts.
+
+    Example:
+        >>> leading_literal("[{{x}} hidden: {tool_call_id}]")
+        '[{x} hidden: '
+    """
+    lead = ""
+    for literal, field, _, _ in string.Formatter().parse(template):
+        lead += literal
+        if field is not None:
+            break
+    return lead
 
 
 def check_recall_template(template: str) -> str:
@@ -155,7 +179,7 @@ class StoreHook:
             (the strategies' markers stay as they wrote them).
     """
 
-    __slots__ = ("namespace", "recall_template", "store")
+    __slots__ = ("_lead", "namespace", "recall_template", "store")
 
     def __init__(
         self, store: OriginalsStore, *, namespace: str, recall_template: str | None
@@ -165,6 +189,7 @@ class StoreHook:
         self.recall_template = (
             None if recall_template is None else check_recall_template(recall_template)
         )
+        self._lead = "" if recall_template is None else leading_literal(recall_template)
 
     @property
     def recall(self) -> bool:
@@ -183,6 +208,9 @@ class StoreHook:
         message = removal.message
         if self.recall_template is None or message.role != "tool" or message.tool_call_id is None:
             return False
+        content = message.content
+        if isinstance(content, str) and not content.startswith(self._lead):
+            return False  # every rendering starts so: no need to render one
         marked = self.recall_template.format(
             tool_call_id="\x00", tool_name=removal.tool_name or "unknown"
         )
@@ -224,20 +252,43 @@ class StoreHook:
 
         The records are collected first and written in one awaited ``aput``; when that
         fails, the rewrite is decided again as :meth:`keep` decides it after a failed
-        ``put`` (markers keep their plain forms: nothing could be recalled).
+        ``put`` (markers keep their plain forms: nothing could be recalled), and when the
+        store's count of evictions moved, as after a ``put`` that evicted (what it no longer
+        holds keeps its plain marker; the eviction is reported).
         """
         store = self.store
         if not is_async_store(store):
             return self._run(store, before, after, state)
         collected = _Collect()
         out = self._run(collected, before, after, state)
-        if not collected.records:
+        records = collected.records
+        if not records:
             return out
+        counted = store.evictions if counts_evictions(store) else None
         try:
-            await store.aput(*collected.records)
+            await store.aput(*records)
         except Exception as exc:
             return self._run(_Raise(exc), before, after, state)
-        return out
+        now = store.evictions if counts_evictions(store) else None
+        if counted is None or now is None or now == counted:
+            return out
+        # What the store holds now, asked of it once: what was just stored, and what the
+        # markers of the view name (an earlier rewrite's originals may be among what went).
+        fresh = {r.tool_call_id for r in records}
+        named: set[str] = set()
+        for message in out[0]:
+            named |= named_handles(message)
+        older = sorted(named - fresh)
+        namespace = records[0].namespace
+        try:
+            found = await asyncio.gather(
+                *(store.aget(r.namespace, r.tool_call_id, position=r.position) for r in records),
+                *(store.aget(namespace, h) for h in older),
+            )
+        except Exception as exc:
+            return self._run(_Raise(exc), before, after, state)
+        held = dict(zip([*(r.tool_call_id for r in records), *older], found, strict=True))
+        return self._run(_Evicted(now - counted, held), before, after, state)
 
     def _run(
         self,
@@ -279,28 +330,37 @@ class StoreHook:
         removals = [self._final(r, produced, seen) for r in removals]
         restored: dict[int, Message] = {}  # index in after -> message put back
         recordable: list[Removal] = []
+        already: set[str] = set()  # handles whose original was kept when they were produced
         for removal in removals:
+            made = self._produced(removal, produced)
+            if made:
+                already.add(removal.handle)
             if self._is_recall_text(removal):
                 j = alignment.replaced.get(removal.position)
                 if j is not None and removal.kind in _PLACEHOLDER_KINDS:
                     restored[j] = removal.message  # a recall placeholder hidden again
                 continue
-            if not self._produced(removal, produced):
+            if not made:
                 recordable.append(removal)
-        gone = [r for r in removals if r.kind in _GONE]
+        gone = [r for r in removals if r.kind in _GONE and not _unheld_cleared(r, produced)]
         targets = _note_targets(after, alignment) if gone else ([], None, False)
-        links = {link for r in gone for link in r.links} | self._note_links(before, after)
+        links = {link for r in gone for link in r.links} | self._note_links(
+            before, after, alignment
+        )
         if targets[1] is not None:  # its note (an earlier one) gives way to the new one
             links.update(note_ranges(after[targets[1]].text))
         records: list[StoredOriginal] = []
         error: Problem | None = None
         unrecordable: Exception | None = None
-        for removal in recordable:  # one at a time: one odd message costs only its own recall
-            try:
-                records += records_of([removal], namespace=namespace)
-            except Exception as exc:  # a message no record can hold: report, never raise
-                logger.debug("a removed original could not be serialised", exc_info=True)
-                unrecordable = unrecordable or exc
+        try:
+            records = records_of(recordable, namespace=namespace)
+        except Exception:  # one at a time then: one odd message costs only its own recall
+            for removal in recordable:
+                try:
+                    records += records_of([removal], namespace=namespace)
+                except Exception as exc:  # a message no record can hold: report, never raise
+                    logger.debug("a removed original could not be serialised", exc_info=True)
+                    unrecordable = unrecordable or exc
         span: StoredOriginal | None = None
         try:
             span = range_record(gone, sorted(links), namespace=namespace) if self.recall else None
@@ -312,19 +372,36 @@ class StoreHook:
         if unrecordable is not None:
             error = self._failed(unrecordable)
         held = self._put(store, records, namespace)
+        evicted = isinstance(held, tuple)
         if isinstance(held, Problem):
             error, held = held, set()
         elif isinstance(held, tuple):
             error, held = held
         if not self.recall:
             return (self._apply(after, restored) if restored else after), error
-        already = {r.handle for r in removals if self._produced(r, produced)}
         promised = held | already  # stored now, or when the placeholder was produced
         named_span = span if span is not None and span.tool_call_id in held else None
         out = self._render(after, alignment, removals, promised, named_span, targets)
         for j, message in restored.items():
             out[j] = message
+        if evicted:  # what an earlier rewrite stored may be among what went
+            out = self._withdraw(store, out, held, namespace)
         return out, error
+
+    def _withdraw(
+        self, store: _Puts, out: list[Message], held: set[str], namespace: str
+    ) -> list[Message]:
+        """``out`` with the markers that name a handle the store no longer holds in their
+        plain forms (asked only after a write that evicted)."""
+        named: set[str] = set()
+        for message in out:
+            named |= named_handles(message)
+        gone = {h for h in named - held if store.get(namespace, h) is None}
+        if not gone:
+            return out
+        assert self.recall_template is not None
+        pattern = placeholder_pattern(self.recall_template)
+        return [without_handles(m, gone, placeholder=pattern) for m in out]
 
     # -- handles -------------------------------------------------------------------------------
 
@@ -340,9 +417,17 @@ class StoreHook:
         message = removal.message
         if removal.call is None and message.role == "tool" and message in produced:
             named = NAMED_RE.search(message.text)
-            if named is not None:
+            if named is not None and named.group(1) != removal.tool_call_id:
                 return replace(removal, tool_call_id=named.group(1))
             return removal
+        if removal.call is not None and message in produced:
+            # A call a rewrite cleared: its original arguments were stored then, under the
+            # handle its markers name (a digest of the cleared text would name nothing).
+            cleared, named_handle = cleared_handle(removal.call.arguments)
+            if named_handle is not None:
+                return replace(removal, tool_call_id=named_handle)
+            if cleared:
+                return removal
         if seen is None or "@" in removal.handle or removal.handle.startswith("#"):
             return removal
         digest = text_digest(
@@ -362,17 +447,27 @@ class StoreHook:
         if _cut_copy_handle(removal, produced) is not None:
             return True
         message = removal.message
-        if removal.call is not None:
-            return message in produced
+        if removal.call is not None:  # a call of a produced message may be left whole
+            return message in produced and cleared_handle(removal.call.arguments)[0]
         if message.role != "tool":
             return False
         return message in produced or is_builtin_placeholder(message)
 
     @staticmethod
-    def _note_links(before: Sequence[Message], after: Sequence[Message]) -> set[str]:
+    def _note_links(
+        before: Sequence[Message], after: Sequence[Message], alignment: Alignment
+    ) -> set[str]:
         """Ranges an earlier note named that the new notes no longer do (a drop note the
         guard merged into a new one): the new range lists them."""
-        old = {r for m in before if m.role != "tool" for r in note_ranges(m.text)}
+        # A message kept verbatim names the same ranges in both histories: only the others
+        # can name a range the new notes lost.
+        kept = alignment.kept
+        old = {
+            r
+            for i, m in enumerate(before)
+            if not kept[i] and m.role != "tool"
+            for r in note_ranges(m.text)
+        }
         if not old:
             return set()
         new = {r for m in after if m.role != "tool" for r in note_ranges(m.text)}
@@ -400,10 +495,10 @@ class StoreHook:
         evicted = now - before
         held = set()
         for record in records:
-            kept = store.get(namespace, record.tool_call_id)
+            kept = store.get(namespace, record.tool_call_id, position=record.position)
             if kept is not None and kept.content_hash == record.content_hash:
                 held.add(record.tool_call_id)
-        name = type(store).__name__
+        name = type(self.store).__name__
         problem = Problem.fixed(
             "store_evicted",
             f"{name} evicted {evicted} least recently stored entries to stay under its size "
@@ -449,7 +544,7 @@ class StoreHook:
                 if isinstance(content, str) and len(text) >= len(content):
                     out[j] = removal.message  # would grow: keep it whole, nothing removed
                 else:
-                    out[j] = replacement.replace(content=text)
+                    out[j] = with_content(replacement, text)
         for j, originals in cleared.items():
             out[j] = with_cleared_handles(out[j], originals)
         gone = [r for r in removals if r.kind in _GONE]
@@ -537,6 +632,14 @@ def _cut_copy_handle(removal: Removal, produced: ProducedMessages) -> str | None
     return None if match is None else match.group(2)
 
 
+def _unheld_cleared(removal: Removal, produced: ProducedMessages) -> bool:
+    """Whether ``removal`` is a call a rewrite cleared while the store did not hold its
+    original (its markers are the plain ones): a range must not list it."""
+    if removal.call is None or removal.message not in produced:
+        return False
+    return cleared_handle(removal.call.arguments) == (True, None)
+
+
 def _fresh_note(text: str) -> bool:
     """Whether ``text`` ends with a drop note this rewrite wrote: the plain form, or the
     recall form naming a strategy's stand-in range."""
@@ -598,24 +701,28 @@ def store_cut_results(
     return out
 
 
-_BUILTIN_PLACEHOLDERS = tuple(
-    placeholder_pattern(t)
-    for t in (
-        HIDDEN_PLACEHOLDER,
-        KLIP13_PLACEHOLDER,
-        SCHEMA1_PLACEHOLDER,
-        SCHEMA1_SEED_PLACEHOLDER,
-        DEFAULT_RECALL_TEMPLATE,
-    )
+_BUILTIN_TEMPLATES = (
+    HIDDEN_PLACEHOLDER,
+    KLIP13_PLACEHOLDER,
+    SCHEMA1_PLACEHOLDER,
+    SCHEMA1_SEED_PLACEHOLDER,
+    DEFAULT_RECALL_TEMPLATE,
 )
+_BUILTIN_PLACEHOLDERS = tuple(placeholder_pattern(t) for t in _BUILTIN_TEMPLATES)
+# Every rendering of a template starts with its text before the first field: a result that
+# starts with none of these is no placeholder, without running the five patterns.
+_BUILTIN_LEADS = tuple(leading_literal(t) for t in _BUILTIN_TEMPLATES)
 
 
 def is_builtin_placeholder(message: Message) -> bool:
     """Whether a tool result's text is exactly a built-in placeholder (default templates
     only: a custom placeholder is recognised within the process that produced it)."""
-    if message.role != "tool" or not isinstance(message.content, str):
+    content = message.content
+    if message.role != "tool" or not isinstance(content, str):
         return False
-    return any(p.fullmatch(message.content) for p in _BUILTIN_PLACEHOLDERS)
+    if not content.startswith(_BUILTIN_LEADS):
+        return False
+    return any(p.fullmatch(content) for p in _BUILTIN_PLACEHOLDERS)
 
 
 class _Puts(Protocol):
@@ -639,6 +746,26 @@ class _Collect:
         self, namespace: str, tool_call_id: str, *, position: int | None = None
     ) -> StoredOriginal | None:
         return None  # never asked: it counts no evictions
+
+
+class _Evicted(_Collect):
+    """Stands for an awaited write that evicted: its ``put`` moves the count by what the
+    store evicted, and ``get`` answers what the store still held when asked afterwards, so
+    the rewrite is decided as after a ``put`` that evicted."""
+
+    def __init__(self, evicted: int, held: dict[str, StoredOriginal | None]) -> None:
+        super().__init__()
+        self.evictions = 0
+        self._evicted = evicted
+        self._held = held
+
+    def put(self, *records: StoredOriginal) -> None:
+        self.evictions += self._evicted
+
+    def get(
+        self, namespace: str, tool_call_id: str, *, position: int | None = None
+    ) -> StoredOriginal | None:
+        return self._held.get(tool_call_id)
 
 
 class _Raise(_Collect):

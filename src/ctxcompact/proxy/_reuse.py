@@ -18,7 +18,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from .._history.validate import check_history
-from ..store._async import find_summary, put_summary
+from ..store._async import delete_summary, find_summary, put_summary
 from ..store._records import message_key
 
 if TYPE_CHECKING:
@@ -51,16 +51,22 @@ def prefix_keys(messages: Sequence[Message], scope: str = "") -> list[str]:
 
 
 async def reuse_rewrites(
-    store: OriginalsStore, namespace: str, history: Sequence[Message], *, scope: str = ""
+    store: OriginalsStore,
+    namespace: str,
+    history: Sequence[Message],
+    *,
+    scope: str = "",
+    keys: Sequence[str] | None = None,
 ) -> tuple[list[Message], int]:
     """``history`` with the kept rewrite of its longest kept prefix put in its place.
 
     Returns the new history and how many leading messages of ``history`` were replaced (0:
     ``history`` as it came). A store failure, or a result with more ``check_history``
-    problems than the history had, leaves the history as it was.
+    problems than the history had, leaves the history as it was. ``keys`` is
+    ``prefix_keys(history, scope)`` when the caller has it already.
     """
     try:
-        found = await _longest(store, namespace, history, scope)
+        found = await _longest(store, namespace, history, scope, keys)
     except Exception as exc:  # the store failing must not fail the request
         logger.warning("proxy: reading kept summaries failed: %s", type(exc).__name__)
         return list(history), 0
@@ -79,11 +85,16 @@ async def reuse_rewrites(
 
 
 async def _longest(
-    store: OriginalsStore, namespace: str, history: Sequence[Message], scope: str
+    store: OriginalsStore,
+    namespace: str,
+    history: Sequence[Message],
+    scope: str,
+    keys: Sequence[str] | None,
 ) -> tuple[int, tuple[Message, ...]] | None:
     """The longest prefix with a kept rewrite: its length and the rewrite. A network store
     is asked once for all the prefixes (:func:`~ctxcompact.store._async.find_summary`)."""
-    keys = prefix_keys(history, scope)
+    if keys is None:
+        keys = prefix_keys(history, scope)
     found = await find_summary(store, namespace, keys[::-1])
     if found is None:
         return None
@@ -100,6 +111,7 @@ async def remember_rewrite(
     after: Sequence[Message],
     *,
     scope: str = "",
+    keys: Sequence[str] | None = None,
 ) -> bool:
     """Keep what a compaction turned the request into, for the next request of the conversation.
 
@@ -108,7 +120,16 @@ async def remember_rewrite(
     *received* up to the last one the compaction replaced (so the next request needs one
     substitution however many compactions came before); the kept messages are what stands
     for them. Returns whether something was kept; a store failure is logged and swallowed
-    (the compaction stands, the next request computes it again).
+    (the compaction stands, the next request computes it again). ``keys`` is
+    ``prefix_keys(received, scope)`` when the caller has it already.
+
+    The kept rewrite this one replaces (the one :func:`reuse_rewrites` put in, under a shorter
+    prefix of the same messages) is then deleted, when the store can delete one
+    (:class:`~ctxcompact.store._async.DeletesSummaries`): the conversation's next request
+    finds the new one first, so the old one would only take room (4.40 of the 7.07 MiB the
+    public traces left in the store, before). What this costs: a conversation that forks from
+    the very point the old rewrite covered, and not from a later one, computes its
+    compaction again (once).
     """
     tail = 0
     # The unchanged tail can only reach back to the received messages ``before`` ends with.
@@ -119,11 +140,20 @@ async def remember_rewrite(
     if not replaced:
         return False
     rewrite = after[: len(after) - tail]
+    if keys is None:
+        keys = prefix_keys(replaced, scope)  # it ends at or after the reused prefix
+    key = keys[len(replaced) - 1]
     try:
-        await put_summary(store, namespace, prefix_keys(replaced, scope)[-1], rewrite)
+        await put_summary(store, namespace, key, rewrite)
     except Exception as exc:
         logger.warning("proxy: keeping a summary failed: %s", type(exc).__name__)
         return False
+    superseded = keys[reused - 1] if reused else None
+    if superseded is not None and superseded != key:
+        try:
+            await delete_summary(store, namespace, superseded)
+        except Exception as exc:  # it stays until the store's bound evicts it
+            logger.warning("proxy: forgetting a superseded summary failed: %s", type(exc).__name__)
     return True
 
 

@@ -22,7 +22,7 @@ from .._history.messages import Message
 from ._ahead import AheadSummaries
 from ._json import compact_json
 from ._responses import responses_codec
-from ._reuse import remember_rewrite, reuse_rewrites
+from ._reuse import prefix_keys, remember_rewrite, reuse_rewrites
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -284,8 +284,12 @@ class Rewriter:
         # A compaction made for one window is not the one another window needs (with no
         # window configured, each model's): kept rewrites are per caller and per window.
         scope = f"window={controller.max_context_size}"
+        keys: list[str] | None = None  # prefix_keys(received, scope): once per request
         if self.reuse_summaries and store is not None:
-            history, reused = await reuse_rewrites(store, namespace, history, scope=scope)
+            keys = prefix_keys(received, scope)
+            history, reused = await reuse_rewrites(
+                store, namespace, history, scope=scope, keys=keys
+            )
             state.produced.add(received, history)  # kept summaries are not originals
         before = controller.token_count(history, state=state)  # step() reuses this count
         if reused:
@@ -314,7 +318,7 @@ class Rewriter:
             problems += event.problems
         if step.compacted and self.reuse_summaries and store is not None:
             await remember_rewrite(
-                store, namespace, received, reused, history, step.history, scope=scope
+                store, namespace, received, reused, history, step.history, scope=scope, keys=keys
             )
         if self.reuse_summaries and store is not None and (made_ahead is None or step.compacted):
             self.ahead.start(

@@ -14,8 +14,8 @@ positions, so they stay valid across successive compactions.
   :data:`DEFAULT_MEMORY_STORE_BYTES`), :class:`SQLiteStore` (a file several processes share,
   kept across restarts) and :class:`RedisStore` (a Redis server that processes on several
   machines share; the ``redis`` extra) are built in; all are bounded in bytes and evict the
-  least recently stored first; the first two count what they evict (:class:`CountsEvictions`:
-  the controller reports it). Records live in namespaces (the proxy uses
+  least recently stored first, and count what they evict (:class:`CountsEvictions`: the
+  controller reports it). Records live in namespaces (the proxy uses
   :func:`credential_namespace`).
 * :func:`recall_tool` gives the model ``recall_tool_result`` to page through an original
   (``offset``/``limit``, ``char_offset`` inside a long line) or grep it (``pattern``);

@@ -18,7 +18,15 @@ if TYPE_CHECKING:
     from .._history.messages import Message
     from ._records import OriginalsStore, StoredOriginal
 
-__all__ = ["AsyncOriginalsStore", "find_summary", "is_async_store", "put_records", "put_summary"]
+__all__ = [
+    "AsyncOriginalsStore",
+    "DeletesSummaries",
+    "delete_summary",
+    "find_summary",
+    "is_async_store",
+    "put_records",
+    "put_summary",
+]
 
 
 @runtime_checkable
@@ -71,6 +79,17 @@ class FindsSummaries(Protocol):
         in ``keys``; ``None`` when none has one."""
 
 
+@runtime_checkable
+class DeletesSummaries(Protocol):
+    """An optional ability of a synchronous store: :meth:`delete_summary` forgets one kept
+    summary (the built-in :class:`~ctxcompact.store.SQLiteStore` and
+    :class:`~ctxcompact.store.MemoryStore` have it; other stores keep superseded ones until
+    their own bound or expiry removes them)."""
+
+    def delete_summary(self, namespace: str, key: str) -> bool:
+        """Forget the summary kept under ``key``; whether there was one."""
+
+
 def is_async_store(store: object) -> TypeGuard[AsyncOriginalsStore]:
     """Whether ``store`` offers the async methods (:class:`AsyncOriginalsStore`)."""
     return isinstance(store, AsyncOriginalsStore)
@@ -92,6 +111,14 @@ async def put_summary(
         await store.aput_summary(namespace, key, messages)
     else:
         store.put_summary(namespace, key, messages)
+
+
+async def delete_summary(store: OriginalsStore, namespace: str, key: str) -> bool:
+    """``store.delete_summary(...)`` when the store can forget a summary; ``False`` (nothing
+    done) when it cannot. An async store is never called synchronously here."""
+    if is_async_store(store) or not isinstance(store, DeletesSummaries):
+        return False
+    return store.delete_summary(namespace, key)
 
 
 async def find_summary(

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import threading
 import time
 import weakref
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal, Protocol, TypeGuard, runtime_checkable
 
@@ -107,6 +109,44 @@ def _forget(key: int) -> Callable[[weakref.ref[Message]], None]:
     return forget
 
 
+SAME_VALUE_CHARS = 8 * 1024 * 1024
+"""The most JSON, in characters, of the messages :func:`message_key` knows by value."""
+
+# The keys of recent messages by value: the proxy parses every request into new message
+# objects, and each request resends the conversation so far. Keyed by everything
+# dump_message writes (the keys present included), so equal values mean equal JSON; only the
+# hash is kept beside the value (whose strings are the message's own); bounded by the JSON's
+# length, least recently used out.
+_BY_VALUE: OrderedDict[tuple[object, ...], tuple[str, int]] = OrderedDict()
+_by_value_chars = 0
+_by_value_lock = threading.Lock()
+
+
+def _value_key(message: Message) -> tuple[object, ...] | None:
+    """What :func:`dump_message` writes of ``message``, as a hashable tuple; ``None`` for a
+    message with extra keys or content parts (rare, and not hashable as they are)."""
+    content = message.content
+    if message.model_extra or not (content is None or isinstance(content, str)):
+        return None
+    calls: tuple[object, ...] | None = message.tool_calls
+    if calls:
+        if any(call.model_extra for call in message.tool_calls or ()):
+            return None
+        calls = tuple(
+            (frozenset(c.model_fields_set), c.id, c.name, c.arguments, c.type)
+            for c in message.tool_calls or ()
+        )
+    return (
+        type(message),
+        frozenset(message.model_fields_set),
+        message.role,
+        content,
+        calls,
+        message.tool_call_id,
+        message.name,
+    )
+
+
 def _dumped(message: Message) -> tuple[str, str]:
     """``(dump_message(message), its SHA-256)``, computed once per message object."""
     key = id(message)
@@ -131,8 +171,30 @@ def content_digest(message: Message) -> str:
 
 
 def message_key(message: Message) -> str:
-    """A hash of the message's JSON (:func:`dump_message`): equal messages, equal keys."""
-    return _dumped(message)[1]  # once per message object: a request asks up to three times
+    """A hash of the message's JSON (:func:`dump_message`): equal messages, equal keys.
+
+    Computed once per message object (a request asks up to three times), and once for equal
+    messages of recent requests (:data:`SAME_VALUE_CHARS`): the proxy hashes every message of
+    every request to find a conversation's kept compaction.
+    """
+    global _by_value_chars
+    value = _value_key(message)
+    if value is not None:
+        with _by_value_lock:
+            known = _BY_VALUE.get(value)
+            if known is not None:
+                _BY_VALUE.move_to_end(value)
+                return known[0]
+    content, digest = _dumped(message)
+    if value is not None and len(content) <= SAME_VALUE_CHARS:
+        with _by_value_lock:
+            if value not in _BY_VALUE:
+                _BY_VALUE[value] = (digest, len(content))
+                _by_value_chars += len(content)
+            while _by_value_chars > SAME_VALUE_CHARS:
+                _, (_, size) = _BY_VALUE.popitem(last=False)
+                _by_value_chars -= size
+    return digest
 
 
 def summary_key(messages: Sequence[Message]) -> str:
@@ -281,10 +343,12 @@ class OriginalsStore(Protocol):
 class CountsEvictions(Protocol):
     """An optional ability of a store: it counts the entries its size bound evicted.
 
-    The controller reads the count before and after each ``put``: when it moved, it checks
+    The controller reads the count before and after each ``put`` (or awaited ``aput``): when
+    it moved, it checks
     that what it just stored is still there before a marker promises a recall, and reports
     the eviction (a ``store_evicted`` problem, a WARNING line without content).
-    :class:`~ctxcompact.store.MemoryStore` and :class:`~ctxcompact.store.SQLiteStore` count.
+    :class:`~ctxcompact.store.MemoryStore`, :class:`~ctxcompact.store.SQLiteStore` and
+    :class:`~ctxcompact.store.RedisStore` count.
 
     Example:
         >>> from ctxcompact.store import MemoryStore

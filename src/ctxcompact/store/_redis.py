@@ -13,10 +13,11 @@ uvicorn's loop, worker threads and an agent's ``asyncio.run`` alike.
 Guarantees, as :class:`~ctxcompact.store.SQLiteStore`'s: records live in namespaces; a record
 is identified by its namespace, id, position and content hash (ids are re-used); ``get``
 prefers the exact position, then the most recently stored; a bound in bytes of JSON with the
-least recently stored entries evicted first. Each operation is one Lua script
-(:mod:`._redis_lua`), atomic in Redis, so replicas writing at once never break the bound nor
-half-write a record. Credentials in the URL are never shown: errors, logs and ``repr`` use
-:attr:`RedisStore.display_url`.
+least recently stored entries evicted first, counted in :attr:`RedisStore.evictions` (so the
+controller reports them and keeps its markers' promises, as with the other stores). Each
+operation is one Lua script (:mod:`._redis_lua`), atomic in Redis, so replicas writing at once
+never break the bound nor half-write a record. Credentials in the URL are never shown:
+errors, logs and ``repr`` use :attr:`RedisStore.display_url`.
 """
 
 from __future__ import annotations
@@ -145,6 +146,9 @@ class RedisStore:
         self.timeout = float(timeout)
         self.display_url = display_url(url)
         """The URL without its credentials: what errors, logs and ``repr`` show."""
+        self.evictions = 0
+        """Entries this object's writes evicted so far to stay under ``max_bytes``, as the
+        write's script reports them (other processes sharing the prefix count their own)."""
         self._secrets = _secrets(url)
         tag = "{" + prefix + "}:"
         self._keys = {name: tag + name for name in ("clock", "bytes", "lru", "size", "data")}
@@ -309,6 +313,7 @@ class RedisStore:
         args: list[str | int] = [self.max_bytes, self._ttl_us, self._idprefix, *entries]
         evicted, freed, expired = await self._scripts["put"](keys=keys, args=args)
         if evicted:
+            self.evictions += int(evicted)  # only the store's own thread writes it
             logger.info(
                 "store %s: evicted the %d least recently stored entries (%d bytes) to stay "
                 "under max_bytes=%d",

@@ -214,6 +214,35 @@ def _align_segment(
         added.append(j)
 
 
+def _align_pair(
+    before: Sequence[Message],
+    after: Sequence[Message],
+    i: int,
+    j: int,
+    kept: dict[int, int],
+    replaced: dict[int, int],
+    added: list[int],
+) -> None:
+    """:func:`_align_segment` of one ``before`` and one ``after`` message (the same
+    decisions, without its index): a rewrite that replaces results one by one between kept
+    messages makes thousands of these."""
+    old, message = before[i], after[j]
+    if _shape(old) != _shape(message):
+        added.append(j)
+    elif old.content == message.content and old == message:
+        kept[i] = j
+    elif _replaceable(message) or (
+        message.role != "tool"
+        and (
+            _annotates(old, message)
+            or (TRUNCATION_RE.search(message.text) is not None and _cut_of(old.text, message.text))
+        )
+    ):
+        replaced[i] = j
+    else:
+        added.append(j)
+
+
 def align(before: Sequence[Message], after: Sequence[Message]) -> Alignment:
     """Line ``after`` up with ``before`` (pure; see the module docstring)."""
     by_object: dict[int, list[int]] = {}
@@ -232,7 +261,9 @@ def align(before: Sequence[Message], after: Sequence[Message]) -> Alignment:
     added: list[int] = []
     prev_i, prev_j = -1, -1
     for i, j in [*anchors, (len(before), len(after))]:
-        if i - prev_i > 1 or j - prev_j > 1:
+        if i - prev_i == 2 and j - prev_j == 2:  # one message each side: most rewrites
+            _align_pair(before, after, prev_i + 1, prev_j + 1, kept_at, replaced, added)
+        elif i - prev_i > 1 or j - prev_j > 1:
             _align_segment(
                 before, after, range(prev_i + 1, i), range(prev_j + 1, j), kept_at, replaced, added
             )

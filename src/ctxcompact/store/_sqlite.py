@@ -235,6 +235,26 @@ class SQLiteStore:
 
         self._write(write)
 
+    def delete_summary(self, namespace: str, key: str) -> bool:
+        """Forget the summary kept under ``key`` (the proxy's kept compaction a later one of
+        the same conversation superseded); whether there was one."""
+        deleted = False
+
+        def write(conn: sqlite3.Connection) -> None:
+            nonlocal deleted
+            old = conn.execute(
+                "SELECT id, size FROM entries WHERE namespace = ? AND entry = 'summary' "
+                "AND key = ?",
+                (namespace, key),
+            ).fetchone()
+            if old is not None:
+                conn.execute("DELETE FROM entries WHERE id = ?", (old[0],))
+                conn.execute("UPDATE totals SET value = value - ? WHERE name = 'bytes'", (old[1],))
+                deleted = True
+
+        self._write(write)
+        return deleted
+
     def get_summary(self, namespace: str, key: str) -> tuple[Message, ...] | None:
         row = self._read(
             "SELECT content FROM entries WHERE namespace = ? AND entry = 'summary' AND key = ?",
