@@ -66,6 +66,7 @@ STATS: dict[str, type | tuple[type, ...]] = {
     "summarizer_background_calls": int,
     "summarizer_background_s": (int, float),
     "hot_calls_after_first": int,
+    "hot_s_after_first": (int, float),
     "summarizer_waited_s": (int, float),
     "ahead_used": int,
     "ahead_unused": int,

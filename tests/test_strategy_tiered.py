@@ -101,12 +101,15 @@ def test_a_huge_result_is_cut_to_its_share_of_the_budget_first() -> None:
     assert all(a is b for a, b in zip(out[:-1], h[:-1], strict=True))
 
 
+AT_TRIGGER = {"summarize_at_trigger": True}  # a summary written at the trigger, no ahead
+
+
 def test_the_summary_tier_runs_with_an_llm_before_anything_is_dropped() -> None:
     h = [system("S"), user("Fix parse_config.")]
     for k in range(40):
         h += [assistant("thinking " * 150, call(f"c{k}", "cat")), tool(f"c{k}", "r" * 800)]
     llm = ScriptedLLM("The agent read 38 modules; parse_config is in src/app/config.py.")
-    out = run(Tiered(), h, llm=llm, max_new_messages=1)
+    out = run(Tiered(summary=AT_TRIGGER), h, llm=llm, max_new_messages=1)
     assert out is not None
     assert len(llm.requests) == 1
     assert any(m.text.startswith(SUMMARY_PREFIX) for m in out)
@@ -119,7 +122,7 @@ def test_a_failing_summary_falls_through_to_the_guard(caplog: pytest.LogCaptureF
         h += [assistant("thinking " * 150, call(f"c{k}", "cat")), tool(f"c{k}", "r" * 800)]
     llm = ScriptedLLM(LLMTimeoutError("the summarizer timed out"))
     with caplog.at_level(logging.WARNING, logger="ctxcompact.strategies._tiered"):
-        out = run(Tiered(), h, llm=llm)
+        out = run(Tiered(summary=AT_TRIGGER), h, llm=llm)
     assert out is not None
     assert COUNT.count(out) <= BUDGET * 0.4
     assert not any(m.text.startswith(SUMMARY_PREFIX) for m in out)
@@ -150,6 +153,7 @@ def test_a_tier_that_does_not_shrink_the_history_is_skipped() -> None:
         ({"tiers": "mask"}, "tiers"),
         ({"tiers": ["mask", "shrink"]}, "tiers[1]"),
         ({"guard": {"fill": 0.5}}, "guard.fill"),
+        ({"summary": {"summarize_at_trigger": "yes"}}, "summary.summarize_at_trigger"),
     ],
 )
 def test_bad_settings_name_their_key(params: dict[str, object], key: str) -> None:

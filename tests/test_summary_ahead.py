@@ -327,6 +327,7 @@ async def test_replay_shows_summaries_made_ahead_in_the_background_not_on_the_ho
     assert at_trigger.summarizer_hot_calls == at_trigger.summarizer_calls == at_trigger.compactions  # type: ignore[attr-defined]
     assert at_trigger.hot_calls_after_first >= 1  # type: ignore[attr-defined]
     assert ahead.hot_calls_after_first == 0  # type: ignore[attr-defined]
+    assert at_trigger.hot_s_after_first > 0 == ahead.hot_s_after_first  # type: ignore[attr-defined]
     assert ahead.summarizer_background_calls >= ahead.compactions >= 2  # type: ignore[attr-defined]
     assert ahead.ahead_used == ahead.compactions  # type: ignore[attr-defined]
 

@@ -158,9 +158,26 @@ def test_the_summarizer_timing_says_what_was_awaited_and_what_ran_in_the_backgro
     )  # fmt: skip
     text = replay_text(settings("llm-summary"), [FileReplay("a.json", 9, BASE, (summarized,))])
     assert (
-        "    summarizer: 2 call(s) in the background (12.5 s), 1 on the hot path (4.0 s, 0 after "
-        "the first compaction); summaries made ahead used by 1 compaction(s)"
+        "    summarizer: 2 call(s) in the background (12.5 s); the hot path waited 4.0 s (1 "
+        "call(s)), 0.0 s after the first compaction (0 call(s)); summaries made ahead used by 1 "
+        "compaction(s), left unused by 0"
     ) in text
+    rows = {line[:24].strip(): line[24:].split() for line in text.splitlines()}
+    assert rows["summarizer hot wait"] == ["-", "4.0", "s"]
+    assert rows["after 1st compaction"] == ["-", "0.0", "s"]
+    assert rows["summarizer background"] == ["-", "12.5", "s"]
+
+
+def test_the_hot_path_wait_counts_the_wait_for_a_summary_made_ahead() -> None:
+    waited = ReplayStats(
+        calls=4, compactions=2, input_tokens=500, peak_context_tokens=300, cost=120.0,
+        summarizer_calls=2, summarizer_background_calls=2, summarizer_background_s=30.0,
+        summarizer_waited_s=2.5, hot_s_after_first=2.5, ahead_used=2,
+        context_tokens=[1, 2, 3, 4],
+    )  # fmt: skip
+    text = replay_text(settings("llm-summary"), [FileReplay("a.json", 9, BASE, (waited,))])
+    assert "the hot path waited 2.5 s (0 call(s)), 2.5 s after the first compaction" in text
+    assert "2.5 s of it for a summary made ahead" in text
 
 
 def test_several_files_list_where_a_strategy_loses_even_when_the_total_saves() -> None:

@@ -145,7 +145,7 @@ class AheadSlot:
                 exc = done.exception()
                 # The type only: a provider's error text can echo the conversation.
                 logger.warning(
-                    "summary ahead of time failed (%s); the trigger's run summarizes instead",
+                    "summary ahead of time failed (%s); the trigger's run does without it",
                     type(exc).__name__,
                 )
                 logger.debug("summary ahead of time failed: %s", exc)

@@ -592,7 +592,7 @@ class CompactionController:
             return await strategy.summarize_ahead(ctx)
         except Exception as exc:
             logger.warning(
-                "summary ahead of time failed (%s); the trigger's run summarizes instead",
+                "summary ahead of time failed (%s); the trigger's run does without it",
                 type(exc).__name__,
             )
             logger.debug("summary ahead of time failed: %s", exc)
@@ -1077,7 +1077,12 @@ class _Attempt:
         ahead: AheadUse | None = None
         if self.ahead is not None:
             summary = self.ahead.summary
-            used = status == "compacted" and any(m is summary for m in output)
+            # The summary itself, or it with a note appended (a tiered guard that drops
+            # older steps adds its note to the first user message, which it may be).
+            used = status == "compacted" and any(
+                m is summary or (m.role == summary.role and m.text.startswith(summary.text))
+                for m in output
+            )
             ahead = "used" if used else "unused"
         return CompactionEvent(
             self.name,

@@ -58,9 +58,16 @@ _STAT_KEYS = (
     "summarizer_background_calls",
     "summarizer_background_s",
     "hot_calls_after_first",
+    "hot_s_after_first",
     "summarizer_waited_s",
     "ahead_used",
     "ahead_unused",
+)
+_SECONDS_KEYS = (
+    "summarizer_hot_s",
+    "summarizer_background_s",
+    "hot_s_after_first",
+    "summarizer_waited_s",
 )
 # JSON keys whose value is a ReplayStats attribute of another name.
 _ATTRIBUTES = {"removed_then_referenced": "referenced_results"}
@@ -141,7 +148,7 @@ def stats_json(stats: ReplayStats, *, per_call: bool) -> dict[str, Any]:
     """One ``Stats`` object of the replay schema."""
     data: dict[str, Any] = {key: getattr(stats, _ATTRIBUTES.get(key, key)) for key in _STAT_KEYS}
     data["cost"] = round(stats.cost, 3)
-    for key in ("summarizer_hot_s", "summarizer_background_s", "summarizer_waited_s"):
+    for key in _SECONDS_KEYS:
         data[key] = round(data[key], 3)
     data["removed_then_referenced_rate"] = round(_referenced_rate(stats), 4)
     if per_call:
@@ -333,6 +340,19 @@ def _block(
             for stats in compacted
         ]
         rows.append((name, "-" if key == "referenced_results" else _num(base), cells))
+    if any(stats.summarizer_calls for stats in compacted):
+        # Where the summarizer's time went: the agent waited for it, or it ran meanwhile.
+        rows.append(("summarizer hot wait", "-", [_hot_wait(s) for s in compacted]))
+        rows.append(
+            ("  after 1st compaction", "-", [f"{s.hot_s_after_first:.1f} s" for s in compacted])
+        )
+        rows.append(
+            (
+                "summarizer background",
+                "-",
+                [f"{s.summarizer_background_s:.1f} s" for s in compacted],
+            )
+        )
     # Wide enough for every label: two runs of one strategy differ only at their end.
     width = max(
         26, *(len(label) + 2 for label in labels), *(len(c) + 2 for _, _, r in rows for c in r)
@@ -549,6 +569,12 @@ def _verdict(label: str, stats: ReplayStats, baseline: ReplayStats) -> str:
     return f"{label}: saves {1 - cost:.1%} of the cost ({figures})"
 
 
+def _hot_wait(stats: ReplayStats) -> str:
+    """Seconds the hot path waited for the summarizer: its calls, and summaries made ahead
+    that were not finished at the trigger."""
+    return f"{stats.summarizer_hot_s + stats.summarizer_waited_s:.1f} s"
+
+
 def _summarizer_timing(stats: ReplayStats) -> str | None:
     """Where the summarizer's time went: on the hot path (the agent waited) or ahead of
     time, in the background; ``None`` when it was never called."""
@@ -557,13 +583,18 @@ def _summarizer_timing(stats: ReplayStats) -> str | None:
     hot, background = stats.summarizer_hot_calls, stats.summarizer_background_calls
     parts = [
         f"{background:,} call(s) in the background ({stats.summarizer_background_s:.1f} s)",
-        f"{hot:,} on the hot path ({stats.summarizer_hot_s:.1f} s, "
-        f"{stats.hot_calls_after_first:,} after the first compaction)",
+        f"the hot path waited {_hot_wait(stats)} ({hot:,} call(s)), "
+        f"{stats.hot_s_after_first:.1f} s after the first compaction "
+        f"({stats.hot_calls_after_first:,} call(s))",
     ]
     if stats.summarizer_waited_s:
-        parts.append(f"{stats.summarizer_waited_s:.1f} s waiting for a summary made ahead")
-    used = f"; summaries made ahead used by {stats.ahead_used:,} compaction(s)"
-    return "summarizer: " + ", ".join(parts) + (used if stats.ahead_used else "")
+        parts.append(f"{stats.summarizer_waited_s:.1f} s of it for a summary made ahead")
+    if stats.ahead_used or stats.ahead_unused:
+        parts.append(
+            f"summaries made ahead used by {stats.ahead_used:,} compaction(s), "
+            f"left unused by {stats.ahead_unused:,}"
+        )
+    return "summarizer: " + "; ".join(parts)
 
 
 def _ranked(compacted: Sequence[ReplayStats]) -> list[int]:

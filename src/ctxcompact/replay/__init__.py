@@ -265,6 +265,9 @@ class ReplayStats:
         summarizer_background_s: Seconds those took.
         hot_calls_after_first: Of the hot-path calls, those made after the first compaction
             (with summaries made ahead, 0 unless a summary was not ready or did not suffice).
+        hot_s_after_first: Seconds the hot path waited for the summarizer after the first
+            compaction: its calls made then, plus the waits for a summary made ahead that
+            had not finished (0 when every later compaction swapped one in, or none).
         summarizer_waited_s: Seconds compactions waited for a summary being made ahead that
             had not finished (on the hot path too). A replay lets each background summary
             finish before the next call (standing for the time the agent's model takes to
@@ -312,6 +315,7 @@ class ReplayStats:
     summarizer_background_calls: int = 0
     summarizer_background_s: float = 0.0
     hot_calls_after_first: int = 0
+    hot_s_after_first: float = 0.0
     summarizer_waited_s: float = 0.0
     ahead_used: int = 0
     ahead_unused: int = 0
@@ -519,6 +523,7 @@ async def _replay(
             request: Sequence[Message] = history
             if controller is not None:
                 hot_before = llm.hot_calls if llm is not None else 0
+                hot_s_before = llm.hot_s if llm is not None else 0.0
                 if mode == "proxy":
                     # A request's state lives as long as the request: nothing in the background.
                     fresh = ControllerState(background=False)
@@ -529,6 +534,9 @@ async def _replay(
                         history = list(step.history)
                 if compacted_once and llm is not None:
                     stats.hot_calls_after_first += llm.hot_calls - hot_before
+                    stats.hot_s_after_first += llm.hot_s - hot_s_before
+                    if step.event is not None:
+                        stats.hot_s_after_first += step.event.waited_s
                 if step.compacted:
                     compacted_once = True
                     stats.compactions += 1

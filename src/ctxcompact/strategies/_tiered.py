@@ -17,6 +17,16 @@ is at or under the target (``fill`` of the guard's budget) the run stops. The de
 
 A tier that raises, or whose output is not smaller or breaks pairing, is skipped: the run
 falls through to the next tier, never into a loop.
+
+The summary is made ahead of time (:meth:`Tiered.summarize_ahead`): when the controller
+starts one ahead of the trigger (``precompute_ratio``), the cheap tiers run on a copy
+and the summary of what they leave is written in the background; when the trigger fires, the
+summary tier swaps it in with no model call. Like every summary of :class:`LLMSummary` it is
+incremental: the second and later ones send the previous summary plus what came after it.
+The agent never waits for the summarizer: a trigger with no summary made ahead that lines up
+(one step jumped past both thresholds, or the cheap tiers were expected to do) leaves the
+history to the guard, and the next summary is made in the background. ``summary =
+{summarize_at_trigger = true}`` writes one at the trigger instead, while the agent waits.
 """
 
 from __future__ import annotations
@@ -28,7 +38,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 # LLM is needed at run time, not only for typing: the loader injects by resolved annotation.
-from .._contract.protocols import LLM, CompactionStrategy, Dependencies
+from .._contract.protocols import LLM, CompactionStrategy, Dependencies, SummaryAhead
 from .._history.validate import check_history
 from ..exceptions import ConfigError, LLMUnavailableError, StrategyLoadError
 from ..kit import check_int, options_repr, pinned_indices
@@ -87,7 +97,11 @@ class Tiered:
         max_result_share: The ``truncate`` tier cuts a tool result over this share of the
             budget to that size (in (0, 1]).
         clear_min_chars: The ``clear`` tier clears string arguments longer than this.
-        summary: Keyword arguments of the ``summary`` tier's :class:`LLMSummary`.
+        summary: Keyword arguments of the ``summary`` tier's :class:`LLMSummary`. Its
+            ``summarize_at_trigger`` (default ``false``): whether a trigger with no summary
+            made ahead that lines up writes one then, while the agent waits (``true``; for a
+            controller that makes none ahead: ``precompute_ratio = 0``, or each step run in
+            its own event loop), or leaves the history to the guard (``false``).
         guard: Keyword arguments of the last tier's :class:`ContextGuard` (``drop``,
             ``drop_marker``, ``truncate_first``...; not ``fill`` nor ``context_window``).
         dependencies: What a tier named as a strategy is offered (filled by the loader).
@@ -122,6 +136,12 @@ class Tiered:
         self.tiers = tuple(tiers)
         self.llm = llm
         self.summary = None if summary is None else dict(summary)
+        at_trigger = (self.summary or {}).get("summarize_at_trigger", False)
+        if not isinstance(at_trigger, bool):
+            raise ConfigError(
+                f"must be true or false, got {at_trigger!r}", key="summary.summarize_at_trigger"
+            )
+        self._at_trigger = at_trigger
         self.guard = None if guard is None else dict(guard)
         for key in ("fill", "context_window"):
             if key in (self.guard or {}):
@@ -172,6 +192,7 @@ class Tiered:
                 # The tiered guard (relevance) fits what the summary leaves, not the
                 # summary's own oldest-first fit.
                 options: dict[str, Any] = {"fit_window": False, **(self.summary or {})}
+                options.pop("summarize_at_trigger", None)  # decided per run, in _summarize
                 return LLMSummary(self.llm, **options)
             except TypeError as exc:
                 raise ConfigError(str(exc), key="summary") from None
@@ -184,12 +205,58 @@ class Tiered:
         """Never: without a model, the ``summary`` tier is skipped (see ``NeedsLLM``)."""
         return False
 
-    async def compact(self, ctx: CompactionContext) -> Sequence[Message] | None:
-        """The history after the tiers needed to reach the target; ``None`` if none was."""
+    def _summary_tier(self, ctx: CompactionContext) -> tuple[int, LLMSummary] | None:
+        """The summary tier and its index in ``_tiers``, when it has a summarizer."""
+        for k, (_, tier) in enumerate(self._tiers):
+            if isinstance(tier, LLMSummary):
+                return (k, tier) if tier.llm is not None or ctx.llm is not None else None
+        return None
+
+    def _target(self, ctx: CompactionContext) -> tuple[int, int]:
+        """The guard's budget and the tiers' target (``fill`` of it), in tokens."""
         budget = self._guard.budget(
             ctx.max_context_size, ctx.reserved_context_size, ctx.max_output_tokens
         )
-        target = max(1, int(budget * self.fill))
+        return budget, max(1, int(budget * self.fill))
+
+    async def summarize_ahead(self, ctx: CompactionContext) -> SummaryAhead | None:
+        """The summary tier's summary, made now (the controller runs this in the background
+        ahead of the trigger, see ``precompute_ratio``) for the trigger's run to swap in.
+
+        The tiers before the summary run first, on a copy, as they will at the trigger; the
+        summary is of what they leave. ``None`` (no model call) when there is no summary
+        tier or summarizer, when a tier before it moved positions (the summary would not line
+        up), or when those tiers will reach the target at the trigger on their own: what
+        they leave now plus what the conversation may still add before the trigger (kept
+        whole, being recent) is at or under the target. The controller asks again on its
+        next call, so the estimate is remade as the trigger nears.
+        """
+        found = self._summary_tier(ctx)
+        if found is None:
+            return None
+        at, summary = found
+        budget, target = self._target(ctx)
+        counter = ctx.token_counter
+        history: Sequence[Message] = ctx.history
+        tokens = counter.count(history)
+        for name, tier in self._tiers[:at]:
+            out = await self._run_tier(name, tier, ctx, history, tokens, budget)
+            if out is None:
+                continue
+            if len(out) != len(history):
+                return None  # positions moved: a summary would not line up at the trigger
+            after = counter.count(out)
+            if after < tokens and not _breaks_pairing(history, out):
+                history, tokens = out, after
+        room = max(0, ctx.max_context_size - ctx.reserved_context_size - ctx.token_count)
+        if tokens + room <= target:
+            return None
+        tiered = dataclasses.replace(ctx, history=history, token_count=tokens)
+        return await summary.summarize_ahead(tiered, live=ctx.history)
+
+    async def compact(self, ctx: CompactionContext) -> Sequence[Message] | None:
+        """The history after the tiers needed to reach the target; ``None`` if none was."""
+        budget, target = self._target(ctx)
         counter = ctx.token_counter
         history: Sequence[Message] = ctx.history
         tokens = counter.count(history)
@@ -235,13 +302,27 @@ class Tiered:
         if isinstance(tier, LLMSummary) and tier.llm is None and ctx.llm is None:
             return None  # no summarizer configured: the guard will fit
         try:
-            return await tier.compact(dataclasses.replace(ctx, history=history, token_count=tokens))
+            sub = dataclasses.replace(ctx, history=history, token_count=tokens)
+            if isinstance(tier, LLMSummary):
+                return await self._summarize(tier, sub)
+            return await tier.compact(sub)
         except Exception as exc:
             # A failing tier (the summarizer down, a refused summary, a broken plug-in) falls
             # through to the next one; the guard still fits the history.
             level = logging.DEBUG if isinstance(exc, LLMUnavailableError) else logging.WARNING
             logger.log(level, "tier %s failed (%s); the next tier runs", name, type(exc).__name__)
             return None
+
+    async def _summarize(
+        self, tier: LLMSummary, ctx: CompactionContext
+    ) -> Sequence[Message] | None:
+        """The summary tier: the summary made ahead put in place, with no model call; else
+        one written now only with ``summarize_at_trigger`` (see the class)."""
+        out = await tier.compact(ctx, ahead_only=True)
+        if out is not None or self._at_trigger:
+            return out if out is not None else await tier.compact(ctx)
+        logger.debug("tier summary: no summary made ahead lines up; the next tier fits")
+        return None
 
 
 def _share(key: str, value: object, *, closed: bool) -> float:
