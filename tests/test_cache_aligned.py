@@ -59,6 +59,8 @@ def test_the_request_is_the_live_history_plus_one_instruction() -> None:
     assert instruction.role == "user"
     assert instruction.text.startswith(ALIGNED_SUMMARY_HEAD.split("{")[0])
     assert "last 2 user and assistant messages" in instruction.text
+    # It is told the task is not part of what it replaces.
+    assert "first message (the task) and latest message, which stay verbatim" in (instruction.text)
     assert request.system is None  # the history's own system message, as the agent sent it
     assert request.tools == tuple(TOOLS)
     assert request.max_tokens == strategy.max_summary_tokens
@@ -121,7 +123,8 @@ def test_a_summary_cut_at_the_output_limit_is_asked_again_still_aligned() -> Non
     llm = ScriptedLLM(cut, SUMMARY)
     out = asyncio.run(LLMSummary(cache_aligned=True).compact(ctx(history, llm)))
     assert out is not None
-    assert SUMMARY in out[1].text
+    assert out[1] is history[1]  # the task stays verbatim before the summary
+    assert SUMMARY in out[2].text
     for request in llm.requests:
         assert request.messages[: len(history)] == tuple(history)
     assert "much shorter" in llm.requests[1].messages[-1].text
@@ -206,9 +209,11 @@ def test_loads_by_spec_with_cache_aligned_and_passes_it_through() -> None:
 def test_a_model_calling_a_tool_instead_falls_back_to_the_transcript() -> None:
     tool_call = Message.assistant(None, tool_calls=[call("x", "read")])
     llm = ScriptedLLM(Completion(tool_call, finish_reason="tool_calls"), SUMMARY)
-    out = asyncio.run(LLMSummary(cache_aligned=True).compact(ctx(conversation(), llm)))
+    history = conversation()
+    out = asyncio.run(LLMSummary(cache_aligned=True).compact(ctx(history, llm)))
     assert out is not None
-    assert SUMMARY in out[1].text
+    assert out[1] is history[1]  # the task stays verbatim before the summary
+    assert SUMMARY in out[2].text
     assert [is_transcript(r) for r in llm.requests] == [False, True]
 
 

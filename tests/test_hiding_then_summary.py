@@ -73,8 +73,10 @@ async def test_hiding_a_noop_falls_back_to_the_summary() -> None:
     assert out is not None
     assert len(llm.requests) == 1
     assert out[0] is history[0]
-    assert out[1].text == SUMMARY_PREFIX + "summary of the work"
-    assert out[2:] == history[-3:]
+    # The task and the newest user message stay verbatim before the summary.
+    assert [out[1], out[2]] == [history[1], history[-4]]
+    assert out[3].text == SUMMARY_PREFIX + "summary of the work"
+    assert out[4:] == history[-3:]
     assert "RESULT-0" in llm.requests[0].messages[0].text  # nothing hidden before the summary
 
 
@@ -84,8 +86,10 @@ async def test_hiding_not_enough_summarizes_the_hidden_history_in_the_same_run()
     llm = ScriptedLLM("summary after hiding")
     out = await HidingThenSummary(llm).compact(ctx_over_by(history, saving + 500, llm))
     assert out is not None
-    assert out[1].text == SUMMARY_PREFIX + "summary after hiding"
-    assert out[2:] == history[-3:]
+    assert out[1] is history[1]  # the task, verbatim
+    assert out[2] is history[-4]  # the newest user message, verbatim
+    assert out[3].text == SUMMARY_PREFIX + "summary after hiding"
+    assert out[4:] == history[-3:]
     (request,) = llm.requests
     text = request.messages[0].text
     # The summarizer read the hidden history: old results are placeholders, recent ones not.
@@ -93,6 +97,8 @@ async def test_hiding_not_enough_summarizes_the_hidden_history_in_the_same_run()
     assert "RESULT-1" not in text
     assert HIDDEN_PLACEHOLDER in text
     assert "RESULT-2" in text
+    assert "step 1 u" in text
+    assert "step 0 u" not in text  # the task is not summarized: it stays verbatim
     assert check_history(out) == []
 
 
@@ -116,7 +122,8 @@ async def test_noop_only_is_klip13_literal_the_summary_waits_for_the_next_round(
     assert first is not None
     second = await strategy.compact(ctx_over_by(first, 500, llm))
     assert second is not None
-    assert second[1].text == SUMMARY_PREFIX + "next round summary"
+    assert second[1:3] == [history[1], history[-4]]  # the task and the newest user message
+    assert second[3].text == SUMMARY_PREFIX + "next round summary"
     assert len(llm.requests) == 1
 
 

@@ -82,10 +82,11 @@ async def test_a_summary_through_the_adapter_replaces_the_old_part() -> None:
 
     assert result is not before
     assert result[0] is before[0]
-    assert result[1].text.startswith(SUMMARY_PREFIX)
-    assert "two were found" in result[1].text
-    assert list(result[2:]) == before[-2:]
-    assert all(a is b for a, b in zip(result[2:], before[-2:], strict=True))
+    assert result[1] is before[1]  # the task, verbatim, before the summary
+    assert result[2].text.startswith(SUMMARY_PREFIX)
+    assert "two were found" in result[2].text
+    assert list(result[3:]) == before[-2:]
+    assert all(a is b for a, b in zip(result[3:], before[-2:], strict=True))
     sent = wire.body
     assert sent["messages"][0]["role"] == "system"  # the summarizer's system prompt
     assert "TODO fix" in sent["messages"][-1]["content"]
@@ -97,15 +98,17 @@ async def test_context_too_long_from_the_provider_makes_the_summary_retry_smalle
     too_long = error_body(400, "maximum context length exceeded", code="context_length_exceeded")
     wire = Wire(too_long, openai_reply("short summary"))
     llm = OpenAIChatLLM("gpt-test", api_key=FAKE_KEY, max_retries=0, http_client=wire.client())
-    before = [*history()[:-3], Message.user("x" * 4000), Message.assistant("ok"), *history()[-2:]]
+    before = [*history()[:-2], Message.assistant("x" * 4000), *history()[-2:]]
 
     result = await CompactionController(
         LLMSummary(llm, max_preserved_messages=2, max_input_tokens=3000), max_context_size=100_000
     ).maybe_compact(before, force=True)
 
-    # With the default store the summary ends with a note naming the range it replaces.
-    assert result[1].text.startswith(
-        SUMMARY_PREFIX + "short summary\n\n[ctxcompact: this summary replaces 5 message(s); "
+    # With the default store the summary ends with a note naming the range it replaces: the
+    # four messages after the task, which stays verbatim before it.
+    assert result[1] is before[1]
+    assert result[2].text.startswith(
+        SUMMARY_PREFIX + "short summary\n\n[ctxcompact: this summary replaces 4 message(s); "
     )
     first, second = (b["messages"][-1]["content"] for b in wire.bodies)
     assert len(second) < len(first)

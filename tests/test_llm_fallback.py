@@ -60,7 +60,8 @@ def test_the_fallback_writes_the_summary_when_the_first_model_is_down(
 
         first, second = asyncio.run(twice())
     assert first.event.status == "compacted", first.event.error
-    assert first.history[0].text.startswith(SUMMARY_PREFIX + "Stand-in summary")
+    assert first.history[0].text == "fix the failing test in parser.py"  # the task stays
+    assert first.history[1].text.startswith(SUMMARY_PREFIX + "Stand-in summary")
     assert second.event.status == "compacted"
     chain = wiring.llm
     assert isinstance(chain, FallbackLLM)

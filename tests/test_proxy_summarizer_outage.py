@@ -129,6 +129,12 @@ HIDING_THEN_SUMMARY = (
 )
 
 
+def summaries(body: dict[str, Any]) -> list[str]:
+    """The summaries among the messages the upstream received."""
+    texts = [m["content"] for m in body["messages"] if isinstance(m["content"], str)]
+    return [t for t in texts if t.startswith(SUMMARY_PREFIX)]
+
+
 def history() -> list[dict[str, Any]]:
     """A conversation whose task text alone keeps it over the trigger after hiding."""
     messages: list[dict[str, Any]] = [
@@ -206,14 +212,17 @@ def test_an_outage_costs_the_first_request_only_and_a_probe_closes_the_breaker(
         assert report["summarizer"] == "unavailable"
     bodies = [r.json() for r in upstream.received]
     assert all(hidden_results(body) == 5 for body in bodies[:5])
-    assert all(not body["messages"][1]["content"].startswith(SUMMARY_PREFIX) for body in bodies[:5])
+    assert all(summaries(body) == [] for body in bodies[:5])
 
     assert after_probe == after_outage + 1  # one probe call, answered
     assert closed == "closed"
     assert "summarizer" not in probe
     assert "summarizer" not in normal
     assert summarizer.requests == after_probe + 1  # closed: the next request summarizes again
-    assert bodies[5]["messages"][1]["content"] == SUMMARY_PREFIX + SUMMARY
+    # The task stays verbatim before the summary.
+    assert bodies[5]["messages"][1]["content"] == messages[1]["content"]
+    assert bodies[5]["messages"][2]["content"] == SUMMARY_PREFIX + SUMMARY
+    assert summaries(bodies[5]) == [SUMMARY_PREFIX + SUMMARY]
 
 
 def test_a_probe_into_a_summarizer_still_down_opens_the_breaker_again(

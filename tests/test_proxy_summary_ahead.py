@@ -126,7 +126,8 @@ def test_the_proxy_writes_the_summary_ahead_and_the_trigger_swaps_it_in(
         assert later[: len(earlier)] == earlier
     # ...and each triggered request put in place one summary written before it arrived (one
     # written while it waited would be numbered after those): no wait for the summarizer.
-    assert sent[first][1]["content"] == SUMMARY_PREFIX + "summary 1"
+    assert sent[first][1]["content"] == "Refactor the parser."  # the task, verbatim
+    assert sent[first][2]["content"] == SUMMARY_PREFIX + "summary 1"
     for k in compacted:
         summaries = [m["content"] for m in sent[k] if str(m["content"]).startswith(SUMMARY_PREFIX)]
         assert len(summaries) == 1

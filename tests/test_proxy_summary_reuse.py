@@ -91,7 +91,8 @@ def test_second_request_of_a_conversation_reuses_the_summary(
     assert "action=compacted" in report1
     assert "action=compacted" in report2
     sent1, sent2 = (r.json()["messages"] for r in fake.received)
-    assert sent1[1]["content"] == SUMMARY_PREFIX + SUMMARY
+    assert sent1[1]["content"] == "Fix the failing test."  # the task stays verbatim
+    assert sent1[2]["content"] == SUMMARY_PREFIX + SUMMARY
     # Same summary, same messages after it: the second request extends the first's prompt.
     assert sent2[: len(sent1)] == sent1
     assert sent2[len(sent1) :] == second[len(first) :]
@@ -114,7 +115,10 @@ def test_summary_is_reused_after_a_restart_but_not_by_another_caller(
         # ...and another caller's identical conversation is summarised for it alone.
         ask(proxy, next_turn(first, 6), key="sk-someone-else")
     assert restarted.remaining == 0
-    sent = [r.json()["messages"][1]["content"] for r in fake.received]
+    assert [r.json()["messages"][1]["content"] for r in fake.received] == [
+        "Fix the failing test."  # the task stays verbatim before the summary
+    ] * 3
+    sent = [r.json()["messages"][2]["content"] for r in fake.received]
     assert sent == [SUMMARY_PREFIX + SUMMARY] * 2 + [SUMMARY_PREFIX + "another caller's summary"]
 
 

@@ -227,6 +227,31 @@ async def test_on_a_real_trace_the_guard_keeps_the_first_and_newest_user_message
         assert id(pinned) in kept or any(t.startswith(pinned.text[:200]) for t in texts)
 
 
+async def test_an_answer_the_guard_cut_and_a_later_run_dropped_comes_back_whole() -> None:
+    # The pins (the task) and the newest answer do not fit together: the guard cuts the answer
+    # (not pinned) head + tail, naming its handle. A later run drops the cut copy: the range
+    # must list the original's handle, not the cut copy's, and recall must return it whole.
+    task = user("Refactor the parser. " + "Keep the public API. " * 80)
+    answer = assistant("THOUGHT: " + "".join(f"step {k} of the plan.\n" for k in range(500)))
+    history = [system("s"), task, answer]
+    controller = recall_controller(ContextGuard())
+    first = await controller.compact(history, force=True)
+    assert first.changed
+    cut = first.history[-1]
+    assert first.history[1] is task  # the pin stays whole
+    assert 'recall_tool_result("#' in cut.text
+    assert len(cut.text) < len(answer.text)
+    later = [*first.history, user("go on"), assistant("step " * 1_500)]
+    second = await controller.compact(later, force=True)
+    assert second.changed
+    assert not any(m is cut for m in second.history)  # the cut copy was dropped
+    whole = [*history, *later[len(first.history) :]]
+    removals = removed_originals(whole, second.history)
+    assert any(r.message is answer for r in removals)
+    assert controller.store is not None
+    assert RecallCheck(controller.store).lost(removals, second.history) == []
+
+
 # -- eviction ---------------------------------------------------------------------------------
 
 

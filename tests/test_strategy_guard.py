@@ -25,8 +25,10 @@ from ctxcompact.exceptions import CompactionError, ConfigError, ContextBudgetErr
 from ctxcompact.kit import (
     DROP_NOTE_RE,
     STAND_IN_RANGE,
+    TRUNCATION_RE,
     pinned_indices,
     recall_placeholder,
+    strip_notes,
 )
 from ctxcompact.strategies import DROP_MARKER, ContextGuard
 from tests.helpers.gen import (
@@ -326,15 +328,37 @@ def test_the_note_is_left_out_rather_than_fail() -> None:
     assert COUNT.count(out) <= minimum + 2 < with_note
 
 
-def test_an_oversized_newest_assistant_message_is_a_typed_error_naming_it() -> None:
+def oversized_newest_answer() -> list[Message]:
     h = [system("S"), user("a" * 3000), assistant("b" * 3000), user("c" * 3000)]
     h += [assistant(None, call("x"), call("y")), tool("x", "r" * 3000), tool("y", "r" * 3000)]
-    h.append(assistant("final " * 2000))
+    return [*h, assistant("final " * 2000)]
+
+
+def test_an_oversized_newest_assistant_message_is_cut_never_a_pin() -> None:
+    # Pins are absolute (issue 20): the first and the newest user message (~930 tokens each)
+    # fit the budget, the newest assistant message (~3,700) does not fit beside them. It is
+    # not pinned: it is cut head + tail, and both user messages stay verbatim.
+    h = oversized_newest_answer()
+    out = guard(h, context_window=2500, reserve_tokens=0, truncate_first=False)
+    assert out is not None
+    assert COUNT.count(out) <= 2500
+    assert out[1] is h[1]
+    assert [m.role for m in out] == ["system", "user", "user", "assistant"]
+    assert strip_notes(out[2].text) == h[3].text  # the task, with the drop note after it
+    assert out[3].text.startswith("final final")
+    assert TRUNCATION_RE.search(out[3].text)
+    assert out[3].text.endswith("final ")
+
+
+def test_pins_that_leave_no_room_even_cut_are_a_typed_error_naming_each_part() -> None:
+    h = oversized_newest_answer()
     with pytest.raises(ContextBudgetError) as info:
-        guard(h, context_window=1500, reserve_tokens=0, truncate_first=False)
-    assert "newest assistant message (message 7)" in info.value.required
-    assert "task (message 3)" in info.value.required
-    assert "a budget of 1500 tokens cannot hold" in str(info.value)
+        guard(h, context_window=40, reserve_tokens=0, truncate_first=False)
+    required = info.value.required
+    assert "newest assistant message (message 7)" in required
+    assert "task (message 3)" in required
+    assert sum(required.values()) > 40  # each part at the least it can be cut to
+    assert "a budget of 40 tokens cannot hold" in str(info.value)
     assert "ccc" not in str(info.value)  # sizes only, never content
 
 
@@ -354,8 +378,13 @@ def test_kept_history_always_starts_with_a_user_message() -> None:
         assert first.role == "user", budget
         assert COUNT.count(out) <= budget
         assert out[-1].role == "assistant"  # the newest step is never dropped
-        task = h[last_user].text[:100]
-        assert [m for m in out if m.role == "user"][-1].text.startswith(task)
+        kept_task = [m for m in out if m.role == "user"][-1]
+        if COUNT.count_message(h[last_user]) > budget:
+            # Over the budget alone (the pins alone exceed it): cut head + tail, never dropped.
+            assert TRUNCATION_RE.search(kept_task.text), budget
+            assert h[last_user].text.endswith(strip_notes(kept_task.text)[-1:])
+        else:
+            assert kept_task.text.startswith(h[last_user].text[:100])
 
 
 def test_history_without_a_user_message_keeps_its_newest_step() -> None:

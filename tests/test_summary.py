@@ -81,18 +81,19 @@ async def test_keeps_the_last_messages_as_the_same_objects_and_summarizes_the_re
     out = await LLMSummary(llm).compact(make_ctx(history))
     assert out is not None
     assert out[0] is history[0]
-    assert summary_text(out[1]) == "Task: add mul(). Done: fixed add()."
-    assert len(out) == 4
-    assert out[2] is history[8]
-    assert out[3] is history[9]
+    assert out[1] is history[1]  # the task: pinned, verbatim, before the summary
+    assert summary_text(out[2]) == "Task: add mul(). Done: fixed add()."
+    assert len(out) == 5
+    assert out[3] is history[8]
+    assert out[4] is history[9]
     assert check_history(out) == []
     assert snapshot(history) == before
 
 
 async def test_the_cut_moves_before_a_group_with_parallel_calls_never_inside_it() -> None:
     history = [
-        user(padded("old question")),
-        assistant("old answer"),
+        user("old question"),
+        assistant(padded("old answer")),
         user("inspect both"),
         assistant(None, call("a", "ls"), call("b", "cat")),
         tool("b", "B"),
@@ -101,8 +102,12 @@ async def test_the_cut_moves_before_a_group_with_parallel_calls_never_inside_it(
     ]
     out = await LLMSummary(ScriptedLLM("s")).compact(make_ctx(history))
     assert out is not None
+    # The task and the newest user message before the cut stay; "old answer" is summarized.
+    assert out[0] is history[0]
+    assert out[1] is history[2]
+    summary_text(out[2])
     # The second-to-last user/assistant message is the one with the calls: its group is kept.
-    assert [m is h for m, h in zip(out[1:], history[3:], strict=True)] == [True] * 4
+    assert [m is h for m, h in zip(out[3:], history[3:], strict=True)] == [True] * 4
     assert check_history(out) == []
 
 
@@ -110,8 +115,8 @@ async def test_a_result_separated_from_its_call_pulls_the_cut_back_to_the_call()
     # Malformed (a user message sits between the call and its result): the cut must not
     # summarize the call away and leave its result as an orphan.
     history = [
-        user(padded("start")),
-        assistant("thinking"),
+        user("start"),
+        assistant(padded("thinking")),
         assistant(None, call("a", "ls")),
         user("interjection"),
         tool("a", "A"),
@@ -120,14 +125,16 @@ async def test_a_result_separated_from_its_call_pulls_the_cut_back_to_the_call()
     before_kinds = {p.kind for p in check_history(history)}
     out = await LLMSummary(ScriptedLLM("s")).compact(make_ctx(history))
     assert out is not None
-    assert out[1:] == history[2:]
+    assert out[0] is history[0]  # the task, verbatim
+    summary_text(out[1])  # "thinking"
+    assert out[2:] == history[2:]
     assert {p.kind for p in check_history(out)} <= before_kinds
 
 
 async def test_a_separated_result_inside_another_groups_run_also_pulls_the_cut_back() -> None:
     history = [
-        user(padded("start")),
-        assistant("thinking"),
+        user("start"),
+        assistant(padded("thinking")),
         assistant(None, call("a", "ls")),
         user("interjection"),
         assistant(None, call("b", "cat")),
@@ -138,28 +145,133 @@ async def test_a_separated_result_inside_another_groups_run_also_pulls_the_cut_b
     before_kinds = {p.kind for p in check_history(history)}
     out = await LLMSummary(ScriptedLLM("s"), max_preserved_messages=3).compact(make_ctx(history))
     assert out is not None
-    assert out[1:] == history[2:]
+    assert out[0] is history[0]  # the task, verbatim
+    summary_text(out[1])  # "thinking"
+    assert out[2:] == history[2:]
     assert {p.kind for p in check_history(out)} <= before_kinds
 
 
 async def test_keeps_pending_calls_when_nothing_is_preserved() -> None:
-    history = [user(padded("go")), assistant("ok"), user("list"), assistant(None, call("p", "ls"))]
+    history = [
+        user("go"),
+        assistant(padded("ok")),
+        user("list"),
+        assistant(None, call("p", "ls")),
+    ]
     out = await LLMSummary(ScriptedLLM("s"), max_preserved_messages=0).compact(make_ctx(history))
     assert out is not None
-    assert len(out) == 2
-    assert out[1] is history[3]
+    # The task and the newest user message stay verbatim; only "ok" is summarized.
+    assert [out[0], out[1]] == [history[0], history[2]]
+    summary_text(out[2])
+    assert len(out) == 4
+    assert out[3] is history[3]
     assert check_history(out) == []
 
 
 async def test_system_messages_stay_first_and_mid_history_ones_are_kept() -> None:
     note = system("Reminder: the repo uses tabs.")
-    history = [system("main"), user(padded("a")), note, assistant("b"), user("c"), assistant("d")]
+    history = [system("main"), user("a"), note, assistant(padded("b")), user("c"), assistant("d")]
     out = await LLMSummary(ScriptedLLM("s")).compact(make_ctx(history))
     assert out is not None
     assert out[0] is history[0]
-    assert out[1] is note
-    summary_text(out[2])
-    assert out[3:] == history[4:]
+    assert out[1] is history[1]  # the task
+    assert out[2] is note
+    summary_text(out[3])
+    assert out[4:] == history[4:]
+
+
+# -- pins (issue 20): never summarised away ---------------------------------------------------
+
+
+def pinned_session() -> list[Message]:
+    """A task, a rules message and a config file the user pins, work, then the newest turn."""
+    return [
+        system("You are a coding agent."),
+        user("Fix the failing test in calc.py"),
+        user("## Rules\n1. never push to main\n2. tests first"),
+        assistant(None, call("r1", "read_file", '{"path": "setup.cfg"}')),
+        tool("r1", "[tool:pytest]\naddopts = -q  # PINNED-CONFIG"),
+        assistant(None, call("r2", "bash", '{"cmd": "pytest"}')),
+        tool("r2", padded("FAILED test_calc.py::test_add")),
+        assistant(padded("Fixed add(): it subtracted.")),
+        user("Now add a mul() function"),
+        assistant("On it."),
+    ]
+
+
+async def test_the_task_and_the_users_pins_stay_verbatim_before_the_summary() -> None:
+    from ctxcompact.kit import PinRules
+
+    history = pinned_session()
+    llm = ScriptedLLM("Fixed add(); tests pass.")  # a summary that omits the rules
+    ctx = CompactionContext(
+        history,
+        COUNTER.count(history),
+        100_000,
+        1_000,
+        llm=llm,
+        pin=PinRules(["## Rules", "PINNED-CONFIG"]),
+    )
+    out = await LLMSummary(llm).compact(ctx)
+    assert out is not None
+    # System, the task, the rules, the pinned result with its call (a result never loses its
+    # call), then the summary of what is left, then the preserved tail: the same objects.
+    assert out[:5] == history[:5]
+    assert all(a is b for a, b in zip(out[:5], history[:5], strict=True))
+    assert summary_text(out[5]) == "Fixed add(); tests pass."
+    assert out[6:] == history[8:]
+    assert check_history(out) == []
+    text = llm.requests[0].messages[0].text
+    assert "FAILED test_calc.py::test_add" in text
+    for kept in ("Fix the failing test", "## Rules", "PINNED-CONFIG", "setup.cfg"):
+        assert kept not in text, kept  # not summarised: it is in the view as it was
+
+
+async def test_under_the_controller_a_summary_omitting_a_pinned_rule_leaves_it_in_view() -> None:
+    from ctxcompact import CompactionController
+
+    history = pinned_session()
+    controller = CompactionController(
+        LLMSummary(ScriptedLLM("Fixed add(); tests pass.")),
+        max_context_size=10_000,
+        reserved_context_size=100,
+        pin_patterns=["## Rules"],
+    )
+    result = await controller.compact(history, force=True)
+    assert result.event is not None
+    assert result.event.status == "compacted"
+    assert any(m is history[2] for m in result.history)  # the rule, verbatim
+    assert any(m is history[1] for m in result.history)  # the task, verbatim
+    # The strategy kept it: the controller had nothing to put back (a strategy that loses a
+    # pin gets it back with a pin_restored problem: tests/test_recall_every_removal.py).
+    assert [p.kind for p in result.event.problems] == []
+
+
+async def test_a_summary_made_ahead_keeps_what_it_kept_when_a_newer_user_message_came() -> None:
+    history = [
+        user("Fix the failing test in calc.py"),
+        assistant(padded("Reading calc.py.")),
+        user("use pytest -x"),
+        assistant(padded("Ran pytest -x.")),
+        assistant("Fixed add()."),
+        user("thanks"),
+        assistant("welcome"),
+    ]
+    lazy = LLMSummary(ScriptedLLM("made ahead"), summarize_at_trigger=False)
+    ahead = await lazy.summarize_ahead(make_ctx(history))
+    assert ahead is not None
+    assert (ahead.start, ahead.end) == (0, 5)
+    # Later: a new user message makes "use pytest -x" no longer the newest one. The summary
+    # made ahead did not cover it, so it still stays verbatim.
+    later = [*history, user("now add mul()"), assistant("on it")]
+    from dataclasses import replace
+
+    ctx = replace(make_ctx(later), ahead=replace(ahead, history_length=len(later)))
+    out = await lazy.compact(ctx)
+    assert out is not None
+    assert out[:2] == [history[0], history[2]]
+    assert summary_text(out[2]) == "made ahead"
+    assert out[3:] == later[5:]
 
 
 async def test_returns_none_without_calling_the_llm_when_nothing_is_old_enough() -> None:
@@ -191,7 +303,6 @@ async def test_the_request_shows_tool_calls_results_and_the_priorities() -> None
     assert len(request.messages) == 1
     text = request.messages[0].text
     for expected in (
-        "Fix the failing test in calc.py",
         'call read_file (id c1) with arguments: {"path": "calc.py"}',
         'call bash (id c2) with arguments: {"cmd": "pytest -q"}',
         "tool result of bash (id c2)",
@@ -205,9 +316,11 @@ async def test_the_request_shows_tool_calls_results_and_the_priorities() -> None
         "What is left to do",
     ):
         assert expected in text, expected
-    # The preserved tail and the system prompt are not part of the summarized transcript.
+    # The preserved tail, the system prompt and the task (kept verbatim before the summary)
+    # are not part of the summarized transcript.
     assert "Now add a mul() function" not in text
     assert "You are a coding agent." not in text
+    assert "Fix the failing test in calc.py" not in text
 
 
 async def test_oversized_items_are_cut_head_and_tail_to_fit_the_input_budget() -> None:
@@ -228,24 +341,38 @@ async def test_oversized_items_are_cut_head_and_tail_to_fit_the_input_budget() -
     assert "HEAD-MARK" in text
     assert "TAIL-MARK" in text
     assert "characters cut" in text
-    assert "read the log" in text  # small items survive whole
+    assert "it is big" in text  # small items survive whole
+    assert "read the log" not in text  # the task: kept verbatim, not summarized
     assert 'call cat (id a) with arguments: {"path": "big.log"}' in text
 
 
 async def test_a_summarizer_overflow_retries_once_with_a_smaller_input() -> None:
-    history = [user("x" * 40_000), assistant("y" * 40_000), user("q"), assistant("a")]
+    history = [
+        user("go"),
+        assistant("x" * 40_000),
+        assistant("y" * 40_000),
+        user("q"),
+        assistant("a"),
+    ]
     llm = ScriptedLLM(ContextTooLongError("prompt is too long"), "the summary")
     # ~23k tokens to summarize: within a 30k window, not within half of it.
     out = await LLMSummary(llm).compact(make_ctx(history, max_context_size=30_000))
     assert out is not None
-    assert summary_text(out[0]) == "the summary"
+    assert out[0] is history[0]
+    assert summary_text(out[1]) == "the summary"
     first, second = llm.requests
     assert len(second.messages[0].text) < len(first.messages[0].text) * 0.75
 
 
 async def test_an_overflow_halves_what_was_sent_even_when_the_budget_was_far_larger() -> None:
     # The declared window is huge but the summarizer's real one is not (a cheaper model).
-    history = [user("x" * 40_000), assistant("y" * 40_000), user("q"), assistant("a")]
+    history = [
+        user("go"),
+        assistant("x" * 40_000),
+        assistant("y" * 40_000),
+        user("q"),
+        assistant("a"),
+    ]
     llm = ScriptedLLM(ContextTooLongError("too long"), "the summary")
     out = await LLMSummary(llm).compact(make_ctx(history, max_context_size=1_000_000))
     assert out is not None
@@ -267,7 +394,7 @@ async def test_length_retries_once_asking_for_a_shorter_summary() -> None:
     llm = ScriptedLLM(cut, "short summary")
     out = await LLMSummary(llm).compact(make_ctx(work_history()))
     assert out is not None
-    assert summary_text(out[1]) == "short summary"
+    assert summary_text(out[2]) == "short summary"
     first, second = llm.requests
     assert "shorter" in second.messages[0].text
     assert "shorter" not in first.messages[0].text
@@ -280,7 +407,7 @@ async def test_length_twice_keeps_the_truncated_text_with_a_marker() -> None:
     )
     out = await LLMSummary(llm).compact(make_ctx(work_history()))
     assert out is not None
-    text = summary_text(out[1])
+    text = summary_text(out[2])
     assert text.startswith("second cut")
     assert "summary truncated" in text
 
@@ -307,11 +434,11 @@ async def test_analysis_is_dropped_and_a_repeated_prefix_is_not_nested() -> None
     answer = "<analysis>thinking aloud</analysis>\n<summary>\nThe real summary.\n</summary>"
     out = await LLMSummary(ScriptedLLM(answer)).compact(make_ctx(work_history()))
     assert out is not None
-    assert summary_text(out[1]) == "The real summary."
+    assert summary_text(out[2]) == "The real summary."
     echoed = SUMMARY_PREFIX + "Echoed summary."
     out = await LLMSummary(ScriptedLLM(echoed)).compact(make_ctx(work_history()))
     assert out is not None
-    assert summary_text(out[1]) == "Echoed summary."
+    assert summary_text(out[2]) == "Echoed summary."
 
 
 # -- earlier summaries -----------------------------------------------------------------------
@@ -331,18 +458,25 @@ async def test_an_earlier_summary_is_resummarized_with_the_new_old_part() -> Non
     llm = ScriptedLLM("Merged: repo set up, tests pass.")
     out = await LLMSummary(llm).compact(make_ctx(history))
     assert out is not None
-    assert [m.role for m in out] == ["system", "user", "user", "assistant"]
-    assert summary_text(out[1]) == "Merged: repo set up, tests pass."
-    assert out[1].text.count(SUMMARY_PREFIX) == 1
+    # The first user message after the earlier summary is the task now: it stays verbatim.
+    assert [m.role for m in out] == ["system", "user", "user", "user", "assistant"]
+    assert out[1] is history[2]
+    assert summary_text(out[2]) == "Merged: repo set up, tests pass."
+    assert out[2].text.count(SUMMARY_PREFIX) == 1
     text = llm.requests[0].messages[0].text
     assert "[earlier summary]\nEarlier: set up the repo." in text
     assert SUMMARY_PREFIX not in text
     assert "3 passed" in text
-    # A second round sees the first summary again, and still never nests it.
+    assert "now run the tests" not in text
+    # A second round sees the first summary again, and still never nests it; the task and
+    # the newest user message it would cover stay verbatim before the new summary.
     llm2 = ScriptedLLM("Merged again.")
     again = await LLMSummary(llm2).compact(make_ctx([*out, user("more"), assistant("sure")]))
     assert again is not None
     assert sum(m.text.startswith(SUMMARY_PREFIX) for m in again) == 1
+    assert [again[1], again[2]] == [history[2], history[6]]
+    assert summary_text(again[3]) == "Merged again."
+    assert "[earlier summary]\nMerged: repo set up" in llm2.requests[0].messages[0].text
 
 
 # -- the LLM and the parameters --------------------------------------------------------------
@@ -352,12 +486,12 @@ async def test_uses_the_context_llm_when_none_is_injected_and_prefers_the_inject
     ctx_llm = ScriptedLLM("from ctx")
     out = await LLMSummary().compact(make_ctx(work_history(), ctx_llm))
     assert out is not None
-    assert summary_text(out[1]) == "from ctx"
+    assert summary_text(out[2]) == "from ctx"
     injected = ScriptedLLM("from injection")
     unused = ScriptedLLM()
     out = await LLMSummary(injected).compact(make_ctx(work_history(), unused))
     assert out is not None
-    assert summary_text(out[1]) == "from injection"
+    assert summary_text(out[2]) == "from injection"
     assert unused.requests == []
 
 
@@ -384,9 +518,12 @@ async def test_max_preserved_messages_counts_only_user_and_assistant_messages() 
     history = work_history()
     out = await LLMSummary(ScriptedLLM("s"), max_preserved_messages=4).compact(make_ctx(history))
     assert out is not None
-    # user/assistant from the end: 9, 8, 7, 5 -> the tail starts at the group of message 5.
-    assert out[2:] == history[5:]
-    assert out[2] is history[5]
+    # user/assistant from the end: 9, 8, 7, 5 -> the tail starts at the group of message 5;
+    # the task (message 1) stays before the summary, the group of message 2 is summarized.
+    assert out[:2] == history[:2]
+    summary_text(out[2])
+    assert out[3:] == history[5:]
+    assert out[3] is history[5]
 
 
 async def test_the_input_is_not_mutated_even_when_given_as_a_tuple() -> None:
@@ -437,11 +574,13 @@ async def test_under_the_controller_a_failure_keeps_the_history_and_a_success_re
     out = result.history
     assert result.event is not None
     assert result.event.status == "compacted"
-    # With the default store the summary ends with a note naming the range it replaces.
-    assert summary_text(out[1]).startswith(
-        "short summary\n\n[ctxcompact: this summary replaces 7 message(s); recall_tool_result("
+    # With the default store the summary ends with a note naming the range it replaces: the
+    # 6 messages between the task, kept verbatim before it, and the preserved tail.
+    assert out[1] is history[1]
+    assert summary_text(out[2]).startswith(
+        "short summary\n\n[ctxcompact: this summary replaces 6 message(s); recall_tool_result("
     )
-    assert out[2] is history[8]
+    assert out[3] is history[8]
 
 
 async def test_when_short_items_do_not_fit_the_oldest_are_left_out_not_the_summary() -> None:
@@ -468,15 +607,17 @@ async def test_thinking_parts_of_the_answer_are_not_part_of_the_summary() -> Non
     )
     out = await LLMSummary(ScriptedLLM(answer)).compact(make_ctx(work_history()))
     assert out is not None
-    assert summary_text(out[1]) == "Visible summary."
-    assert out[1].model_extra in (None, {})
+    assert summary_text(out[2]) == "Visible summary."
+    assert out[2].model_extra in (None, {})
 
 
 # -- summary sanity (issue 11): what is refused, and that the history is kept ---------------------
 
 
 def big_history() -> list[Message]:
-    """~1,600 tokens: a dozen exchanges, the last two kept verbatim by the summary."""
+    """~1,600 tokens: a dozen exchanges, the last two kept verbatim by the summary, the first
+    user message (the task) and the last one before those (the newest it would cover) too,
+    before it: the summary is message 3."""
     out = [system("You are a coding agent.")]
     for k in range(12):
         out += [
@@ -538,7 +679,7 @@ async def test_tool_calls_instead_of_a_summary_are_refused() -> None:
 
 
 async def test_a_summary_not_smaller_than_what_it_replaces_is_refused() -> None:
-    history = [user("fix it"), assistant("ok"), user("thanks"), assistant("welcome")]
+    history = [user("fix it"), assistant("ok"), assistant("done"), user("thanks"), assistant("hi")]
     with pytest.raises(SummaryRejectedError, match="would replace 2 message") as info:
         await LLMSummary(ScriptedLLM("The user asked to fix it.")).compact(make_ctx(history))
     assert info.value.reason == "not_smaller"
@@ -552,7 +693,7 @@ async def test_the_length_cap_is_twice_max_summary_tokens_in_the_contexts_counte
         make_ctx(big_history())
     )
     assert out is not None
-    assert summary_text(out[1]) == fits
+    assert summary_text(out[3]) == fits
     assert (await refused(over, max_summary_tokens=100)).reason == "too_long"
 
 
@@ -567,7 +708,7 @@ async def test_the_length_cap_is_twice_max_summary_tokens_in_the_contexts_counte
 async def test_real_summaries_in_any_script_with_a_little_noise_are_accepted(answer: str) -> None:
     out = await LLMSummary(ScriptedLLM(answer)).compact(make_ctx(big_history()))
     assert out is not None
-    assert summary_text(out[1]) == answer.strip()
+    assert summary_text(out[3]) == answer.strip()
 
 
 async def test_hiding_then_summary_keeps_the_hiding_when_the_summary_is_refused() -> None:

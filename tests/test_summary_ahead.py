@@ -273,7 +273,9 @@ async def test_without_waiting_at_the_trigger_only_a_summary_made_ahead_is_put_i
     made = Message.user(SUMMARY_PREFIX + "made ahead")
     ahead = SummaryAhead(0, 5, made, len(history))
     out = await lazy.compact(CompactionContext(history, 3_500, WINDOW, RESERVED, ahead=ahead))
-    assert out == [made, *history[5:]]
+    # The task stays verbatim before the summary made ahead, which stands for the rest.
+    assert out == [history[0], made, *history[5:]]
+    assert out[0] is history[0]
     assert llm.requests == []
 
 

@@ -46,7 +46,8 @@ def kinds(history: Sequence[Message]) -> set[str]:
 
 
 def check_output(history: Sequence[Message], out: Sequence[Message] | None) -> None:
-    """The invariants: no new problem, systems first, one summary, the tail reused as is."""
+    """The invariants: no new problem, one summary, before it only the history's own
+    messages in order (systems and pins: the task verbatim), the tail reused as is."""
     if out is None:
         return
     assert kinds(out) <= kinds(history)
@@ -54,7 +55,14 @@ def check_output(history: Sequence[Message], out: Sequence[Message] | None) -> N
     assert len(summaries) >= 1
     s = summaries[0]
     assert out[s].role == "user"
-    assert all(m.role in ("system", "developer") for m in out[:s])
+    positions = [next(i for i, h in enumerate(history) if h is m) for m in out[:s]]
+    assert positions == sorted(set(positions))
+    # Every system message and the task (the first user message) are still there, verbatim.
+    task = next(
+        (m for m in history if m.role == "user" and not m.text.startswith(SUMMARY_PREFIX)), None
+    )
+    for pinned in [m for m in history if m.role in ("system", "developer")] + [task]:
+        assert pinned is None or any(m is pinned for m in out)
     tail = out[s + 1 :]
     # The kept tail is the history's own suffix: the very same objects, in order.
     assert all(a is b for a, b in zip(tail, history[len(history) - len(tail) :], strict=True))

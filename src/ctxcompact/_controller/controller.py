@@ -861,8 +861,8 @@ class CompactionController:
         try:
             # What the user pinned. The default pins (system messages, the first and newest
             # user message) are the strategies' to keep: the guard never drops them, a summary
-            # stands for the turns it replaces, and a strategy may document that it rewrites
-            # a system message.
+            # leaves them verbatim before it, and a strategy may document that it rewrites a
+            # system message.
             pinned = frozenset(i for i, m in enumerate(history) if rules(m))
             result, restored = restore_pins(history, output, pinned)
         except Exception:  # a bug or a pin predicate that raised: the output stands as it is

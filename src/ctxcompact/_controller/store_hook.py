@@ -56,6 +56,7 @@ from ..kit import (
     SCHEMA1_PLACEHOLDER,
     SCHEMA1_SEED_PLACEHOLDER,
     STAND_IN_RANGE,
+    TRUNCATION_RE,
     note_ranges,
     placeholder_pattern,
     recall_placeholder,
@@ -411,6 +412,9 @@ class StoreHook:
         """``removal`` with the handle its marker must name: the one a produced placeholder
         or cut already names, or an ``id@hash`` one when the plain id was stored before with
         another text in this conversation."""
+        cut = _cut_copy_handle(removal, produced)
+        if cut is not None:
+            return replace(removal, tool_call_id=cut)
         message = removal.message
         if removal.call is None and message.role == "tool" and message in produced:
             named = NAMED_RE.search(message.text)
@@ -441,6 +445,8 @@ class StoreHook:
         """Whether ``removal`` is no original: a tool result or a call a rewrite produced
         (its original was kept when it was produced), or a built-in placeholder (produced by
         another process, or before a restart, on a history resumed from storage)."""
+        if _cut_copy_handle(removal, produced) is not None:
+            return True
         message = removal.message
         if removal.call is not None:  # a call of a produced message may be left whole
             return message in produced and cleared_handle(removal.call.arguments)[0]
@@ -613,6 +619,18 @@ def _note_targets(
         return [], added[0], True
     task = next((j for j in range(len(after) - 1, -1, -1) if after[j].role == "user"), None)
     return [], task, False
+
+
+def _cut_copy_handle(removal: Removal, produced: ProducedMessages) -> str | None:
+    """The handle a user or assistant message a rewrite cut head + tail names (the guard's
+    last resort cuts the newest assistant message rather than a pin): the original was kept
+    under it when the cut was made, so the cut copy is no original and a range lists that
+    handle. ``None`` for anything else."""
+    message = removal.message
+    if removal.call is not None or message.role == "tool" or message not in produced:
+        return None
+    match = TRUNCATION_RE.search(message.text)
+    return None if match is None else match.group(2)
 
 
 def _unheld_cleared(removal: Removal, produced: ProducedMessages) -> bool:

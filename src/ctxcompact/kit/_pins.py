@@ -6,7 +6,8 @@ stated it) and the newest user message (what they asked last). ctxcompact's own 
 they stand for older messages. Users pin more with :class:`PinRules`: a Python predicate, and
 patterns (``[compaction] pin_patterns`` in TOML) matched against each message's text.
 
-Strategies read the pins with :func:`pinned_indices` (the guard keeps them all); after every
+Strategies read the pins with :func:`pinned_indices` (the guard keeps them all, a summary
+leaves them verbatim before it); after every
 rewrite the controller checks each message the *user* pinned is still in the view, verbatim,
 and puts back what a strategy lost (a ``pin_restored`` problem says so).
 """

@@ -13,8 +13,10 @@ pinned messages aside.
 
 Pinned messages (system messages, the first and the newest user message, the user's pins:
 :func:`ctxcompact.kit.pinned_indices`) are never dropped, like system messages inside an
-exchange; when nothing else can give the room, the pinned user messages are cut head + tail
-(the last resort).
+exchange. When they and the newest step do not fit together, the kept messages that are not
+pinned give the room first (their calls' long arguments cleared as ``clear_tool_inputs`` does,
+then their text cut head + tail); only when the pins alone leave no room are the pinned user
+messages cut head + tail (the last resort, logged at WARNING).
 
 With recall on (the controller keeps what is removed), the note on the task is the recall
 form of :func:`ctxcompact.kit.drop_note`, written whenever anything was dropped, and every cut
@@ -31,11 +33,23 @@ from typing import TYPE_CHECKING
 from .._history.groups import tool_groups
 from .._history.messages import Message, TextPart
 from ..exceptions import ContextBudgetError
-from ..kit import DROP_MARKER, DROP_NOTE_RE, STAND_IN_RANGE, call_names, drop_note, with_content
+from ..kit import (
+    DROP_MARKER,
+    DROP_NOTE_RE,
+    STAND_IN_RANGE,
+    arguments_handle,
+    call_names,
+    cleared_marker,
+    drop_note,
+    with_content,
+)
+from ._clear_inputs import ArgumentClearer
 from ._cut import cut_message, shrink, water_fill
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
+
+    from .._history.messages import ToolCall
 
 __all__ = [
     "DROP_MARKER",
@@ -53,6 +67,8 @@ logger = logging.getLogger("ctxcompact.strategies.guard")
 PINNED = frozenset({"system", "developer"})
 
 _STAND_IN_MESSAGE = "#" + "0" * 10
+_MIN_CLEARED_CHARS = 200  # ToolInputClearing's default min_chars
+_PLAIN_CLEARER = ArgumentClearer(min_chars=_MIN_CLEARED_CHARS)
 
 
 def guard_pins(history: Sequence[Message], pinned: frozenset[int]) -> frozenset[int]:
@@ -243,13 +259,17 @@ class Fitter:
         self.pinned = sum(tokens[i] for i in guard_pins(work, pinned) - {task})
         self._names: dict[int, str] = result_names(work) if recall else {}
         self._reused: set[str] = set()
+        self._reused_calls: set[str] = set()
         if recall:
             seen: set[str] = set()
+            called: set[str] = set()
             for message in work:
                 if message.role == "tool" and message.tool_call_id is not None:
                     (self._reused if message.tool_call_id in seen else seen).add(
                         message.tool_call_id
                     )
+                for call_id in message.tool_call_ids:
+                    (self._reused_calls if call_id in called else called).add(call_id)
 
     def fit(self) -> list[Message]:
         """The new history: within the budget, or :class:`ContextBudgetError`."""
@@ -425,7 +445,9 @@ class Fitter:
 
     def _cut(self, plan: Plan, marker_cost: int) -> list[Message]:
         """Drop every candidate and cut the kept tool results (the newest exchange's and the
-        task's) to fit; the task itself only when it alone is over the budget."""
+        task's) to fit; in the last plan, what is kept but not pinned is cleared and cut
+        first, pins only when they alone leave no room; the task itself only when it alone
+        is over the budget."""
         work, tokens, count, budget = self.work, self.tokens, self.count, self.budget
         kept = set(plan.fixed)
         if plan.newest is not None:
@@ -443,9 +465,19 @@ class Fitter:
         replaced: dict[int, Message] = {}
         every = set(plan.candidates)
         task_min = task_tokens
+        # Pins are absolute: what is kept but not pinned (the newest assistant message, the
+        # rest of the task's exchange) gives the room first, then the pinned messages.
+        unpinned = [i for i in kept if i not in results and i != task and i not in plan.pinned]
         if task is not None and task_tokens > budget:
             handle = self._cut_handle(task)
             task_min = count(cut_message(work[task], 0, handle))
+            if room - task_min < results_min and self.may_cut_pins:
+                # Even the task cut to its marker leaves no room: the rest gives what it can.
+                deficit = results_min + task_min - room
+                room += self._free_unpinned(unpinned, deficit, replaced)
+                if room - task_min < results_min:
+                    deficit = results_min + task_min - room
+                    room += self._cut_pins(plan, deficit, replaced, task)
             share = min(results_full, max(results_min, room // 2))
             marked = self.mark and self._noted_needed(plan, every)
             cut_task = shrink(
@@ -462,13 +494,15 @@ class Fitter:
                 room -= task_tokens
         else:
             room -= task_tokens
+        if room < results_min and self.may_cut_pins:
+            room += self._free_unpinned(unpinned, results_min - room, replaced)
         if room < results_min and marker_cost:
             self.mark = False  # without the note it may fit: the guarantee does not count it
             return self._cut(plan, 0)
         if room < results_min and self.may_cut_pins:
-            room += self._cut_pins(plan, results_min - room, replaced)
+            room += self._cut_pins(plan, results_min - room, replaced, task)
         if room < results_min:
-            self._fail(plan, kept, task, task_min, results, results_min)
+            self._fail(plan, kept, task, task_min, results, results_min, replaced)
         if task is not None and task in replaced:
             logger.warning(
                 "Context guard: cut the task message (%d → %d chars)",
@@ -484,27 +518,111 @@ class Fitter:
             replaced[i] = cut
         return self._assemble(plan, every, replaced)
 
-    def _cut_pins(self, plan: Plan, deficit: int, replaced: dict[int, Message]) -> int:
-        """Cut pinned user messages head + tail (largest first) to free ``deficit`` tokens,
-        when nothing else can give them; the tokens freed. A cut keeps the message (its
-        head, its tail and, with recall, the handle of the whole)."""
-        work, tokens, count = self.work, self.tokens, self.count
+    def _free_unpinned(
+        self, unpinned: list[int], deficit: int, replaced: dict[int, Message]
+    ) -> int:
+        """Free ``deficit`` tokens from the kept messages that are not pinned: the long
+        arguments of their calls cleared as ``clear_tool_inputs`` does, then their text cut
+        head + tail; the tokens freed (the markers name their handles with recall)."""
+        freed = self._clear_arguments(unpinned, deficit, replaced)
+        if freed < deficit:
+            freed += self._cut_largest(unpinned, deficit - freed, replaced, "message")
+        return freed
+
+    def _cut_pins(
+        self, plan: Plan, deficit: int, replaced: dict[int, Message], task: int | None
+    ) -> int:
+        """The last resort, when the pinned messages alone leave no room: cut the pinned
+        user messages (the task aside) head + tail, largest first, saying why."""
+        pins = [
+            i
+            for i in plan.pinned
+            if self.work[i].role not in PINNED and i not in replaced and i != task
+        ]
+        if not pins:
+            return 0
+        logger.warning(
+            "Context guard: the system and pinned messages (%d tokens) and the newest step "
+            "cut as far as it goes exceed the budget of %d by %d tokens: cutting pinned "
+            "messages",
+            self.pinned,
+            self.budget,
+            deficit,
+        )
+        return self._cut_largest(pins, deficit, replaced, "pinned message")
+
+    def _clear_arguments(
+        self, indices: list[int], deficit: int, replaced: dict[int, Message]
+    ) -> int:
+        """Clear the long string arguments of the calls of the ``indices`` messages (largest
+        first) as :class:`~ctxcompact.strategies.ToolInputClearing` does, until ``deficit``
+        tokens are freed; the tokens freed. With recall, each marker is costed in its recall
+        form (the controller names the arguments' handle)."""
+        work, count = self.work, self.count
         freed = 0
-        cuttable = [i for i in plan.pinned if work[i].role not in PINNED and i not in replaced]
-        for i in sorted(cuttable, key=lambda k: -tokens[k]):
+        for i in sorted(indices, key=lambda k: -self.tokens[k]):
+            if freed >= deficit:
+                break
+            message = replaced.get(i, work[i])
+            calls = message.tool_calls or ()
+            cleared = [self._clearer(c).call(c)[0] for c in calls]
+            if all(c is None for c in cleared):
+                continue
+            new = message.replace(
+                tool_calls=[c if n is None else n for c, n in zip(calls, cleared, strict=True)]
+            )
+            gain = count(message) - count(new)
+            if gain <= 0:
+                continue
+            replaced[i] = new
+            freed += gain
+            logger.warning(
+                "Context guard: cleared the long arguments of the calls of message %d "
+                "(%d tokens freed)",
+                i,
+                gain,
+            )
+        return freed
+
+    def _clearer(self, call: ToolCall) -> ArgumentClearer:
+        """The clearer of ``call``'s arguments: the plain marker, or with recall the recall
+        form naming a stand-in handle as long as the real one."""
+        if not self.recall:
+            return _PLAIN_CLEARER
+        reused = call.id in self._reused_calls or call.id in self._reused  # as Handles has it
+        handle = arguments_handle(call.id, "0" * 8 if reused else None)
+        marker = cleared_marker(0, handle=handle.replace("{", "{{").replace("}", "}}"))
+        template = marker.replace(": 0 chars", ": {chars} chars", 1)
+        least = len(template.format(chars=10**12)) + 1
+        return ArgumentClearer(min_chars=max(_MIN_CLEARED_CHARS, least), marker=template)
+
+    def _cut_largest(
+        self, cuttable: list[int], deficit: int, replaced: dict[int, Message], what: str
+    ) -> int:
+        """Cut the ``cuttable`` messages head + tail (largest first; a message already in
+        ``replaced`` is cut from there) to free ``deficit`` tokens; the tokens freed. A cut
+        keeps the message (its head, its tail and, with recall, the handle of the whole); one
+        without text to cut gives nothing."""
+        work, count = self.work, self.count
+        current = {i: replaced.get(i, work[i]) for i in cuttable}
+        size = {i: count(m) if i in replaced else self.tokens[i] for i, m in current.items()}
+        freed = 0
+        for i in sorted(cuttable, key=lambda k: -size[k]):
             if freed >= deficit:
                 break
             handle = self._cut_handle(i)
-            least = count(cut_message(work[i], 0, handle))
-            if least >= tokens[i]:
+            least = count(cut_message(current[i], 0, handle))
+            if least >= size[i]:
                 continue
-            cut = shrink(work[i], max(least, tokens[i] - (deficit - freed)), count, None, handle)
+            target = max(least, size[i] - (deficit - freed))
+            cut = shrink(current[i], target, count, None, handle)
             if cut is None:
                 continue
             replaced[i] = cut
-            freed += tokens[i] - count(cut)
+            freed += size[i] - count(cut)
             logger.warning(
-                "Context guard: cut the pinned message %d (%d → %d chars)",
+                "Context guard: cut the %s %d (%d → %d chars)",
+                what,
                 i,
                 len(work[i].text),
                 len(cut.text),
@@ -519,23 +637,30 @@ class Fitter:
         task_tokens: int,
         results: list[int],
         results_min: int,
+        replaced: dict[int, Message],
     ) -> None:
+        def size(i: int) -> int:  # as far as it was cut or cleared
+            return self.count(replaced[i]) if i in replaced else self.tokens[i]
+
         parts: dict[str, int] = {}
-        if self.pinned:
-            parts["system and pinned messages"] = self.pinned
+        pinned = self.pinned - sum(
+            self.tokens[i] - size(i) for i in replaced if i in plan.pinned and i != task
+        )
+        if pinned:
+            parts["system and pinned messages"] = pinned
         newest = set(range(*plan.units[plan.newest])) if plan.newest is not None else set()
         lead = {i for i in plan.fixed if task is None or i < task} - newest - plan.pinned
         if plan.lead_kept and lead:
             parts[
                 f"first messages and the exchange before the task (messages {min(lead)}-"
                 f"{max(lead)})"
-            ] = sum(self.tokens[i] for i in lead if i not in results)
+            ] = sum(size(i) for i in lead if i not in results)
         if task is not None:
-            rest = {i for i in plan.fixed if i > task} - set(results) - newest
-            parts[f"task (message {task})"] = task_tokens + sum(self.tokens[i] for i in rest)
+            rest = {i for i in plan.fixed if i > task} - set(results) - newest - plan.pinned
+            parts[f"task (message {task})"] = task_tokens + sum(size(i) for i in rest)
         if newest:
             start = plan.units[plan.newest][0] if plan.newest is not None else 0
-            step = sum(self.tokens[i] for i in newest if i not in results)
+            step = sum(size(i) for i in newest if i not in results and i not in plan.pinned)
             parts[f"newest assistant message (message {start})"] = step
         if results:
             parts[f"its {len(results)} tool result(s) cut to their markers"] = results_min

@@ -6,9 +6,11 @@ exchange holding it, the newest step (the newest assistant message and its tool 
 older exchanges while they fit, by relevance (those keeping the most names in view, per token)
 or newest first. An exchange is an assistant message with what answers it (see
 ``_fit.units``), so no result is ever left without its call and turns still alternate. When
-the newest step alone does not fit, its results are cut head + tail (seed 003 L1); the task is
-cut only when it alone is over the budget, the pinned user messages only when nothing else
-gives the room. What still cannot fit raises
+the newest step alone does not fit, its results are cut head + tail (seed 003 L1); when the
+pinned messages and the newest step still do not fit together, what is kept but not pinned
+gives the room (the long arguments of its calls cleared, its text cut head + tail); the task is
+cut only when it alone is over the budget, the other pinned user messages only when the pins
+alone leave no room. What still cannot fit raises
 :class:`~ctxcompact.exceptions.ContextBudgetError` naming the parts.
 """
 
@@ -71,8 +73,11 @@ class ContextGuard:
     dropped. The kept history opens (after system messages) with a user message, user and
     assistant turns alternate as they did, and parallel calls stay together. When the lead
     cannot fit beside the rest, everything before the task is dropped but the pinned
-    messages (the guarantee below); pinned user messages are cut head + tail only when
-    nothing else gives the room.
+    messages (the guarantee below). Pins are absolute: when they and the newest step still do
+    not fit together, the kept messages that are not pinned give the room first (the long
+    string arguments of their calls cleared as ``clear_tool_inputs`` clears them, then their
+    text cut head + tail, each marker naming its handle with recall), and pinned user
+    messages are cut head + tail only when the pins alone leave no room (a WARNING says so).
 
     When steps after the task were dropped and ``drop_marker`` is true, a note
     (:data:`DROP_MARKER`) is appended to a copy of the task, so the model knows its earlier
@@ -88,8 +93,9 @@ class ContextGuard:
     When the newest step alone does not fit, its tool results are cut head + tail, as much
     as needed (seed 003 L1 with adaptive sizes); the task is cut only when it alone is over
     the budget. The guarantee: the output fits the budget whenever the system messages, the
-    task (its cut minimum when it alone is over), the newest assistant message and about 16
-    tokens per newest tool result (each cut down to its marker, overhead included) fit;
+    pinned messages and the task (each at its cut minimum), the newest assistant message cut
+    to its markers and about 16 tokens per newest tool result (each cut down to its marker,
+    overhead included) fit;
     otherwise :class:`~ctxcompact.exceptions.ContextBudgetError` names each part and its
     tokens.
     Cuts and drops are logged at WARNING on ``ctxcompact.strategies.guard`` (sizes only).

@@ -34,11 +34,11 @@ from ..exceptions import (
     SummaryNotSmallerError,
     SummaryRejectedError,
 )
-from ..kit import MAX_CHARS_PER_TOKEN, check_int, options_repr
+from ..kit import MAX_CHARS_PER_TOKEN, check_int, options_repr, pinned_indices
 from ._summary_fit import fit_after_summary
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
 
     from .._contract.protocols import CompactionContext, Completion, ToolSpec
     from .._tokens.counters import TokenCounter
@@ -90,8 +90,9 @@ update what changed, drop what no longer matters. Do not nest or quote it whole.
 - Plain text under the five headings above. No preamble, do not address the user."""
 SUMMARY_PROMPT = (
     "The messages above are the older part of a conversation between a user and an AI agent "
-    "that uses tools. The most recent messages are kept verbatim after your summary and are "
-    "not shown here. Write a summary that lets the agent continue the work without the "
+    "that uses tools. The most recent messages are kept verbatim after your summary, and the "
+    "user's first message (the task) and latest message verbatim before it; they are not "
+    "shown here. Write a summary that lets the agent continue the work without the "
     "original messages.\n\n" + _SUMMARY_BODY
 )
 """The default instructions, appended after the transcript of the messages to summarize."""
@@ -105,10 +106,14 @@ ALIGNED_SUMMARY_HEAD = (
 """How a cache-aligned request's instruction starts (``cache_aligned=True``); ``{scope}``
 says what is replaced. The default prompt's priorities and rules follow it."""
 
-_ALL_SO_FAR = "Everything in this conversation so far"
+_ALL_SO_FAR = (
+    "Everything in this conversation so far but the user's first message (the task) and "
+    "latest message, which stay verbatim before the summary,"
+)
 _BEFORE_LAST = (
     "Everything in this conversation before its last {kept} user and assistant messages "
-    "(those stay verbatim after the summary)"
+    "(those stay verbatim after the summary) but the user's first message (the task) and "
+    "latest message, which stay verbatim before it,"
 )
 
 SUMMARY_LENGTH_FACTOR = 2
@@ -138,11 +143,14 @@ class LLMSummary:
 
     The last ``max_preserved_messages`` user/assistant messages and everything after the
     first of them are kept as they are (the very same objects); the cut moves earlier rather
-    than split a tool-call group. Leading system messages stay first, and system messages
-    from the summarized part are kept right after them. Everything else before the cut
-    becomes one ``user`` message whose text starts with :data:`SUMMARY_PREFIX` (a user
-    message, because Anthropic allows no system message mid-history). An earlier summary
-    in the summarized part is merged into the new one, not nested.
+    than split a tool-call group. Leading system messages stay first. The pinned messages
+    before the cut are never summarized (:func:`~ctxcompact.kit.pinned_indices`: system
+    messages, the first user message, which states the task, the newest user message, and
+    what ``ctx.pin`` pins, each with the rest of its tool-call group): they stay verbatim,
+    in order, right after the leading system messages. Everything else before the cut
+    becomes one ``user`` message after them whose text starts with :data:`SUMMARY_PREFIX`
+    (a user message, because Anthropic allows no system message mid-history). An earlier
+    summary in the summarized part is merged into the new one, not nested.
 
     Failures keep the history: an LLM error propagates as its :class:`~ctxcompact.exceptions.
     LLMError` subclass, and an answer that is no usable summary raises
@@ -201,12 +209,12 @@ class LLMSummary:
         >>> import asyncio
         >>> from ctxcompact import CompactionContext
         >>> from ctxcompact.testing import ScriptedLLM
-        >>> h = [Message.user("fix the bug in calc.py " * 10), Message.assistant("fixed"),
-        ...      Message.user("thanks"), Message.assistant("welcome")]
+        >>> h = [Message.user("fix calc.py"), Message.assistant("I read calc.py. " * 20),
+        ...      Message.assistant("fixed"), Message.user("thanks"), Message.assistant("hi")]
         >>> ctx = CompactionContext(h, 1000, 8000, 1000, llm=ScriptedLLM("Bug fixed."))
         >>> [m.text.replace(SUMMARY_PREFIX, "<prefix>") for m in asyncio.run(
-        ...     LLMSummary().compact(ctx))]
-        ['<prefix>Bug fixed.', 'thanks', 'welcome']
+        ...     LLMSummary().compact(ctx))]  # the task stays, verbatim
+        ['fix calc.py', '<prefix>Bug fixed.', 'thanks', 'hi']
     """
 
     def __init__(
@@ -287,17 +295,15 @@ class LLMSummary:
         ahead = ctx.ahead
         if ahead is not None and self._fits(ahead, history, head, cut):
             if ahead_only:
-                return self._swap_in(ctx, ahead, head)
-            return await self._put_ahead(ctx, ahead, head, cut)
+                return self._swap_in(ctx, ahead, head, live)
+            return await self._put_ahead(ctx, ahead, head, cut, live)
         if ahead_only:
             return None
-        old = history[head:cut]
-        kept_systems = [m for m in old if m.role in _SYSTEM_ROLES]
-        to_summarize = [m for m in old if m.role not in _SYSTEM_ROLES]
+        kept, to_summarize = _split(history, head, cut, ctx.pin, live)
         if not to_summarize or (len(to_summarize) == 1 and is_summary(to_summarize[0])):
             return None
         summary = await self._summary_of(llm, ctx, to_summarize, live)
-        return [*history[:head], *kept_systems, summary, *history[cut:]]
+        return [*history[:head], *kept, summary, *history[cut:]]
 
     def _llm(self, ctx: CompactionContext) -> LLM:
         llm = self.llm if self.llm is not None else ctx.llm
@@ -354,8 +360,7 @@ class LLMSummary:
         cut = self.cut_index(history)
         if cut <= head:
             return None
-        old = history[head:cut]
-        to_summarize = [m for m in old if m.role not in _SYSTEM_ROLES]
+        to_summarize = _split(history, head, cut, ctx.pin, live)[1]
         if not to_summarize or (len(to_summarize) == 1 and is_summary(to_summarize[0])):
             return None
         summary = await self._summary_of(llm, ctx, to_summarize, live)
@@ -367,22 +372,32 @@ class LLMSummary:
         for a part that is still older than what is kept, on a history of this length."""
         return ahead.history_length == len(history) and ahead.start == head and ahead.end <= cut
 
-    def _swap_in(self, ctx: CompactionContext, ahead: SummaryAhead, head: int) -> list[Message]:
+    def _swap_in(
+        self,
+        ctx: CompactionContext,
+        ahead: SummaryAhead,
+        head: int,
+        live: Sequence[Message] | None,
+    ) -> list[Message]:
         """``ctx.history`` with the summary made ahead in place, and nothing else changed."""
-        return self._swapped(ctx, ahead, head)[0]
+        return self._swapped(ctx, ahead, head, live)[0]
 
     @staticmethod
     def _swapped(
-        ctx: CompactionContext, ahead: SummaryAhead, head: int
+        ctx: CompactionContext,
+        ahead: SummaryAhead,
+        head: int,
+        live: Sequence[Message] | None,
     ) -> tuple[list[Message], int]:
-        """The history with the summary made ahead in place, and its estimated tokens.
+        """The history with the summary made ahead in place, and its estimated tokens. The
+        messages kept verbatim before it are those kept when it was made (:func:`_split`
+        reads the history up to its end only, which has not changed since).
 
         Raises:
             SummaryNotSmallerError: The summary costs at least what it replaces.
         """
         history, counter = ctx.history, ctx.token_counter
-        old = history[head : ahead.end]
-        replaced = [m for m in old if m.role not in _SYSTEM_ROLES]
+        kept, replaced = _split(history, head, ahead.end, ctx.pin, live)
         tokens = counter.count_message(ahead.summary)
         before = sum(counter.count_message(m) for m in replaced)
         if tokens >= before:
@@ -392,19 +407,24 @@ class LLMSummary:
                 tokens_before=before,
                 tokens_after=tokens,
             )
-        kept_systems = [m for m in old if m.role in _SYSTEM_ROLES]
-        swapped = [*history[:head], *kept_systems, ahead.summary, *history[ahead.end :]]
+        swapped = [*history[:head], *kept, ahead.summary, *history[ahead.end :]]
         return swapped, ctx.token_count - before + tokens
 
     async def _put_ahead(
-        self, ctx: CompactionContext, ahead: SummaryAhead, head: int, cut: int
+        self,
+        ctx: CompactionContext,
+        ahead: SummaryAhead,
+        head: int,
+        cut: int,
+        live: Sequence[Message] | None,
     ) -> list[Message]:
         """``ctx.history`` with the summary made ahead in place of what it stands for.
 
         The messages that came after it stay whole. When the result would still be at the
         trigger (much came in since, or the summary freed little), the part of those older
         than the kept messages is summarized now, alone, into a second summary message
-        right after the first: the one case where the summarizer is called on the hot path,
+        after the first (the pinned messages of that part between them, verbatim): the one
+        case where the summarizer is called on the hot path,
         and it reads only what came in since. Should that call fail, the result with the
         summary made ahead stands (smaller than the history; the next trigger tries again).
 
@@ -412,10 +432,9 @@ class LLMSummary:
             SummaryNotSmallerError: The summary made ahead costs at least what it replaces.
         """
         history = ctx.history
-        swapped, estimate = self._swapped(ctx, ahead, head)
+        swapped, estimate = self._swapped(ctx, ahead, head, live)
         first = swapped[: len(swapped) - (len(history) - ahead.end)]
-        newer = history[ahead.end : cut]
-        rest = [m for m in newer if m.role not in _SYSTEM_ROLES]
+        kept, rest = _split(history, ahead.end, cut, ctx.pin, live)
         if estimate + ctx.reserved_context_size < ctx.max_context_size or not rest:
             return [*first, *history[ahead.end :]]
         logger.info(
@@ -435,8 +454,7 @@ class LLMSummary:
             )
             logger.debug("summarizing after the summary made ahead failed: %s", exc)
             return [*first, *history[ahead.end :]]
-        systems = [m for m in newer if m.role in _SYSTEM_ROLES]
-        return [*first, *systems, second, *history[cut:]]
+        return [*first, *kept, second, *history[cut:]]
 
     def cut_index(self, history: Sequence[Message]) -> int:
         """Index of the first preserved message (``len(history)`` keeps none).
@@ -586,6 +604,37 @@ def _leading_systems(history: Sequence[Message]) -> int:
     while i < len(history) and history[i].role in _SYSTEM_ROLES:
         i += 1
     return i
+
+
+def _split(
+    history: Sequence[Message],
+    start: int,
+    end: int,
+    pin: Callable[[Message], bool] | None,
+    live: Sequence[Message] | None = None,
+) -> tuple[list[Message], list[Message]]:
+    """``history[start:end]`` split into what stays verbatim before the summary and what the
+    summary stands for, both in order.
+
+    Kept: system messages and the messages pinned in ``history[:end]``
+    (:func:`~ctxcompact.kit.pinned_indices`: the first user message, the last user message
+    before ``end``, which is the newest one whenever the newest is in the range, and the
+    user's ``pin``), each with the rest of its tool-call group, so a kept result keeps its
+    call. Only ``history[:end]`` is read, so a summary made ahead of time keeps, when it is
+    put in place on a longer history, exactly what it kept when it was made. ``live``: the
+    history as the agent sent it, when ``history`` is a rewrite of it at the same positions
+    (hidden results): a pin that matches a result's text is read there.
+    """
+    source = live if live is not None and len(live) == len(history) else history
+    keep = {i for i in pinned_indices(source[:end], pin) if i >= start}
+    if keep:
+        for group in tool_groups(history[:end]):
+            members = (group.call_index, *group.result_indices)
+            if any(k in keep for k in members):
+                keep.update(members)
+    kept = [history[i] for i in range(start, end) if i in keep]
+    summarized = [history[i] for i in range(start, end) if i not in keep]
+    return kept, summarized
 
 
 def _safe_cut(history: Sequence[Message], cut: int) -> int:
