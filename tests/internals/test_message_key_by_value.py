@@ -82,6 +82,16 @@ def test_the_cache_by_value_stays_under_its_bound(monkeypatch: pytest.MonkeyPatc
     )
 
 
+def test_short_messages_are_counted_with_what_an_entry_costs(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Counting only the JSON let 200,000 one-word messages hold 122 MiB under an 8 Mi bound.
+    monkeypatch.setattr(_records, "SAME_VALUE_CHARS", 64_000)
+    for n in range(1_000):
+        message_key(Message.user(str(n)))
+    assert len(_records._BY_VALUE) <= 64_000 // _records._ENTRY_CHARS
+
+
 def test_a_call_with_parts_is_dumped_each_time_and_right() -> None:
     call = ToolCall(id="c9", name="read", arguments='{"path": "a.py"}')
     message = Message.assistant([{"type": "text", "text": "reading"}], tool_calls=[call])
