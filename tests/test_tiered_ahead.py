@@ -11,6 +11,7 @@ stand-in summarizer on 127.0.0.1, through the real OpenAI SDK.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import re
@@ -196,3 +197,40 @@ def test_replay_of_the_llm_recommendation_never_waits_and_sends_only_what_is_new
         assert not covered & set(_TOOL_ID.findall(new))
         checked += 1
     assert checked >= 2
+
+
+async def test_a_pin_read_when_the_summary_was_made_is_kept_when_it_is_swapped_in() -> None:
+    # The pin is only in step 0's result, which the mask tier replaces before the summary
+    # tier runs: the summary made ahead read the pins in the history as given (``live``), and
+    # the swap-in must read them there too (it read the masked copy, and the pinned result
+    # went into a summary that never saw it: found in review).
+    tiered = Tiered(
+        numbered(),
+        tiers=("mask", "summary"),
+        keep_recent=2,
+        summary={"max_preserved_messages": 2, **SMALL},
+    )
+    history: list[Message] = [system("You are a coding agent."), user("Fix parse_config.")]
+    for k in range(12):
+        history += [
+            assistant(f"step-{k:02d} " + "thinking " * 400, call(f"c{k}", "cat")),
+            tool(f"c{k}", ("PINME " if k == 0 else "") + f"result-{k:02d} " + "r" * 800),
+        ]
+
+    def pin(message: Message) -> bool:
+        return "PINME" in message.text
+
+    ctx = CompactionContext(
+        history, COUNT.count(history), WINDOW, RESERVED, token_counter=COUNT, pin=pin
+    )
+    ahead = await tiered.summarize_ahead(ctx)
+    assert ahead is not None
+    out = await tiered.compact(dataclasses.replace(ctx, ahead=ahead))
+    assert out is not None
+    assert any(m.text.startswith(SUMMARY_PREFIX) for m in out)  # the summary was swapped in
+    # The pinned step stays out of the summary, call and result, as when it was made (its
+    # result masked by the mask tier; the controller puts a pinned text back: pin_restored).
+    assert [c.id for m in out for c in m.tool_calls or ()] == ["c0", "c10", "c11"]
+    assert out[2].text.startswith("step-00")
+    assert out[3].tool_call_id == "c0"
+    assert_output_invariants(history, out, max_new_messages=1)  # the summary

@@ -328,7 +328,10 @@ class Tiered:
         try:
             sub = dataclasses.replace(ctx, history=history, token_count=tokens)
             if isinstance(tier, LLMSummary):
-                return await self._summarize(tier, sub)
+                # The pins are read in the history as given, as summarize_ahead reads them
+                # (``live``), so the summary is swapped in with the split it was made with.
+                live = ctx.history if len(ctx.history) == len(history) else None
+                return await self._summarize(tier, sub, live)
             return await tier.compact(sub)
         except Exception as exc:
             # A failing tier (the summarizer down, a refused summary, a broken plug-in) falls
@@ -338,13 +341,13 @@ class Tiered:
             return None
 
     async def _summarize(
-        self, tier: LLMSummary, ctx: CompactionContext
+        self, tier: LLMSummary, ctx: CompactionContext, live: Sequence[Message] | None
     ) -> Sequence[Message] | None:
         """The summary tier: the summary made ahead put in place, with no model call; else
         one written now only with ``summarize_at_trigger`` (see the class)."""
-        out = await tier.compact(ctx, ahead_only=True)
+        out = await tier.compact(ctx, live=live, ahead_only=True)
         if out is not None or self._at_trigger:
-            return out if out is not None else await tier.compact(ctx)
+            return out if out is not None else await tier.compact(ctx, live=live)
         logger.debug("tier summary: no summary made ahead lines up; the next tier fits")
         return None
 
