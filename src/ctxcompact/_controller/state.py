@@ -45,10 +45,14 @@ class RunningCount:
         self._seen: list[Message] = []  # the history counted so far
         self._cum: list[int] = [0]  # _cum[i]: estimate of _seen[:i]
         self._usage: tuple[int, int] | None = None  # (provider tokens, messages covered)
+        # largest_step's scan so far: (messages scanned, largest step between two assistant
+        # messages among them, index of the last assistant message, -1 for none)
+        self._steps: tuple[int, int, int] = (0, 0, -1)
 
     def reset(self) -> None:
         """Forget everything: the next history is estimated from scratch."""
         self._seen, self._cum, self._usage = [], [0], None
+        self._steps = (0, 0, -1)
 
     def estimate(self, history: Sequence[Message], counter: TokenCounter) -> int:
         """The counter's estimate of the whole ``history`` (usage not applied)."""
@@ -73,6 +77,7 @@ class RunningCount:
         seen, cum = self._seen, self._cum
         known = {id(m): cum[k + 1] - cum[k] for k, m in enumerate(seen)}
         self._seen, self._cum, self._usage = [], [0], None
+        self._steps = (0, 0, -1)
         count = counter.count_message
         total = 0
         for message in history:
@@ -96,12 +101,16 @@ class RunningCount:
             133
         """
         self._sync(history, counter)
-        cum, largest, previous = self._cum, 0, -1
-        for i, message in enumerate(self._seen):
-            if message.role == "assistant":
+        seen, cum = self._seen, self._cum
+        # Only the messages added since the last call are scanned (the controller asks at
+        # every call once the history nears its trigger).
+        scanned, largest, previous = self._steps
+        for i in range(scanned, len(seen)):
+            if seen[i].role == "assistant":
                 if previous >= 0:
                     largest = max(largest, cum[i] - cum[previous])
                 previous = i
+        self._steps = (len(seen), largest, previous)
         if previous >= 0:
             largest = max(largest, cum[-1] - cum[previous])
         return largest
@@ -130,6 +139,8 @@ class RunningCount:
         start = _first_difference(seen, current)
         del seen[start:]
         del cum[start + 1 :]
+        if start < self._steps[0]:  # the scan covered messages that changed: scan again
+            self._steps = (0, 0, -1)
         # Not an extension of what the provider counted: its count no longer applies. The
         # estimates of the unchanged prefix are kept (recounting them gives the same).
         self._usage = None
