@@ -101,11 +101,12 @@ async def test_llm_summary_runs_end_to_end_through_the_real_server(
     assert event is not None
     assert event.status == "compacted", event.error
     assert result[0] is before[0]
-    summary = result[1]
+    assert result[1] is before[1]  # the task stays verbatim before the summary (a pin)
+    summary = result[2]
     assert summary.role == "user"
     assert summary.text.startswith(SUMMARY_PREFIX)
     assert summary.text[len(SUMMARY_PREFIX) :].strip()
-    assert list(result[2:]) == before[-2:]
+    assert list(result[3:]) == before[-2:]
     assert check_history(result) == []
     # What went over the wire: the summarizer's system prompt, the transcript, the budget.
     first = bodies[0]
@@ -200,6 +201,10 @@ max_retries = 0
     assert isinstance(controller.llm, CircuitBreakerLLM)
     assert isinstance(controller.llm.llm, OpenAIChatLLM)
     before = coding_session()
+    # A summary must cost less than what it replaces (the task is kept out of it): the read
+    # gets a real traceback, as in the end-to-end test.
+    trace = '\nTraceback (most recent call last):\n  File "app.py", line 3\nTypeError: port'
+    before[3] = Message.tool("call_1", before[3].text + trace * 4)
     try:
         compacted = await controller.compact(before, force=True)
     finally:
@@ -208,7 +213,8 @@ max_retries = 0
     result, event = compacted.history, compacted.event
     assert event is not None
     assert event.status == "compacted", event.error
-    assert result[1].text.startswith(SUMMARY_PREFIX)
+    assert result[1] is before[1]
+    assert result[2].text.startswith(SUMMARY_PREFIX)
     assert check_history(result) == []
 
 
