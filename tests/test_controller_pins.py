@@ -10,6 +10,7 @@ import logging
 import pytest
 
 from ctxcompact import CompactionContext, CompactionController, Message, check_history
+from ctxcompact.kit import drop_note, truncation_marker
 from ctxcompact.testing import FunctionStrategy
 from tests.helpers.gen import assistant, call, system, tool, user
 
@@ -116,3 +117,27 @@ async def test_a_transform_that_drops_the_task_gets_it_back_in_the_request() -> 
     assert [(p.kind, p.source) for p in prepared.transform_problems] == [
         ("pin_restored", "drop_task")
     ]
+
+
+async def test_a_task_cut_head_and_tail_with_a_note_after_it_is_kept_as_cut() -> None:
+    # The guard cuts the task head + tail when it alone does not fit, and the note naming
+    # what it dropped may follow the cut: still the task, cut, not a task lost.
+    long_task = user("Fix the failing test. " * 700)
+    text = long_task.text
+    cut = long_task.replace(
+        content=text[:4_000]
+        + truncation_marker(len(text) - 8_000)
+        + text[-4_000:]
+        + "\n\n"
+        + drop_note(3)
+    )
+
+    def cut_the_task(ctx: CompactionContext) -> list[Message]:
+        h = ctx.history
+        return [h[0], cut, *h[-3:]]
+
+    history = [system("s"), long_task, *conversation()[2:]]
+    result = await controller(FunctionStrategy(cut_the_task)).compact(history, force=True)
+    assert result.event is not None
+    assert result.event.problems == ()
+    assert result.history[1] is cut
