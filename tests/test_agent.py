@@ -323,12 +323,16 @@ async def test_a_length_finish_with_tool_calls_runs_the_tools() -> None:
 
 
 def keep_system_and_last_turn(ctx: CompactionContext) -> list[Message]:
-    """A stand-in summarizer: system messages, a summary note, then the last tool turn."""
+    """A stand-in summarizer: system messages, the task, a summary note, then the last tool
+    turn. Like the built-in summaries it keeps the task verbatim before the summary (the
+    controller would put it back otherwise, a ``pin_restored`` problem)."""
     history = list(ctx.history)
     start = max(i for i, m in enumerate(history) if m.role == "assistant" and m.tool_calls)
-    dropped = [m for m in history[:start] if m.role != "system"]
+    task = next(m for m in history if m.role == "user")
+    dropped = [m for m in history[:start] if m.role != "system" and m is not task]
     return [
         *(m for m in history[:start] if m.role == "system"),
+        task,
         Message.user(f"[summary of {len(dropped)} messages]"),
         *history[start:],
     ]
@@ -372,14 +376,15 @@ async def test_compaction_mid_run_shrinks_the_history_and_the_transcript_keeps_e
     assert len(compacted) == len(strategy.calls) >= 2
     for record in compacted:
         assert record.history is not None
-        assert record.history[1].text.startswith("[summary of")
+        assert record.history[1] == Message.user("read everything")
+        assert record.history[2].text.startswith("[summary of")
         position = agent.transcript.index(record)
         last_before = [e for e in agent.transcript[:position] if isinstance(e, Message)][-1]
         assert record.history[-1] is last_before
     # What was sent after a compaction is the compacted history, not the transcript.
     sent = llm.requests[-1].messages
     assert len(sent) < len(expected) - 1
-    assert sent[1].text.startswith("[summary of")
+    assert sent[2].text.startswith("[summary of")
 
 
 async def test_the_default_compaction_is_an_llm_summary_with_the_agents_llm() -> None:

@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 import pytest
@@ -50,7 +50,15 @@ def users(n: int) -> list[Message]:
 
 
 def keep_last(k: int) -> FunctionStrategy:
-    return FunctionStrategy(lambda ctx: list(ctx.history[-k:]), name=f"keep_last_{k}")
+    """The task (the first message) and the last ``k`` messages. It keeps the task because the
+    controller puts back a task a strategy lost (``pin_restored``, tested in
+    test_controller_pins.py): these tests are about what the controller does with an output."""
+
+    def run(ctx: CompactionContext) -> list[Message]:
+        h = ctx.history
+        return [*h[:1], *h[max(1, len(h) - k) :]]
+
+    return FunctionStrategy(run, name=f"keep_last_{k}")
 
 
 def make(
@@ -173,7 +181,7 @@ async def test_compaction_replaces_history_and_reports() -> None:
     snapshot = list(history)
     result = await controller.compact(history)
     out = result.history
-    assert [m.text for m in out] == ["m7", "m8"]
+    assert [m.text for m in out] == ["m0", "m7", "m8"]
     assert history == snapshot  # input untouched
     ctx = strategy.calls[0]
     assert isinstance(ctx, CompactionContext)
@@ -182,8 +190,8 @@ async def test_compaction_replaces_history_and_reports() -> None:
     assert ctx.token_counter is controller.token_counter
     (event,) = events
     assert event.status == "compacted"
-    assert (event.tokens_before, event.tokens_after) == (90, 20)
-    assert (event.messages_before, event.messages_after, event.messages_rewritten) == (9, 2, 7)
+    assert (event.tokens_before, event.tokens_after) == (90, 30)
+    assert (event.messages_before, event.messages_after, event.messages_rewritten) == (9, 3, 6)
     assert event.strategy == "keep_last_2"
     assert result.event is event
     assert result.changed
@@ -195,7 +203,7 @@ async def test_usage_baseline_reset_after_compaction() -> None:
     history = users(9)
     controller.observe_usage(Usage(input_tokens=95), history)
     out = await controller.maybe_compact(history)
-    assert controller.token_count(out) == 20  # estimated, not 95 + anything
+    assert controller.token_count(out) == 30  # estimated, not 95 + anything
 
 
 async def test_noop_returns_input_object() -> None:
@@ -207,10 +215,10 @@ async def test_noop_returns_input_object() -> None:
 
 
 async def test_async_strategy_function() -> None:
-    async def drop_first(ctx: CompactionContext) -> Sequence[Message]:
-        return list(ctx.history[1:])
+    async def drop_second(ctx: CompactionContext) -> Sequence[Message]:
+        return [ctx.history[0], *ctx.history[2:]]  # the first is the task: it stays
 
-    controller, _ = make(FunctionStrategy(drop_first))
+    controller, _ = make(FunctionStrategy(drop_second))
     assert len(await controller.maybe_compact(users(9))) == 8
 
 
@@ -235,11 +243,12 @@ async def test_output_breaking_tool_pairing_is_rejected_and_original_kept() -> N
 async def test_input_with_problems_can_still_be_compacted() -> None:
     broken = [tool("orphan", "x"), *users(8)]  # already has an orphan
     controller, events = make(
-        FunctionStrategy(lambda ctx: list(ctx.history[:1]) + list(ctx.history[-2:]))
+        # the orphan, the task (m0: the controller would put it back) and the last two
+        FunctionStrategy(lambda ctx: list(ctx.history[:2]) + list(ctx.history[-2:]))
     )
     out = await controller.maybe_compact(broken)
     assert events[-1].status == "compacted"
-    assert len(out) == 3
+    assert len(out) == 4
 
 
 @pytest.mark.parametrize(
@@ -315,7 +324,7 @@ async def test_callback_exception_is_logged_not_raised(caplog: pytest.LogCapture
     )
     with caplog.at_level(logging.ERROR, logger="ctxcompact.controller"):
         out = await controller.maybe_compact(users(9))
-    assert len(out) == 2
+    assert len(out) == 3
     assert "on_event callback raised" in caplog.text
 
 
@@ -327,8 +336,8 @@ async def test_logging_levels(caplog: pytest.LogCaptureFixture) -> None:
     # A routine compaction is INFO (an agent compacts hundreds of times); what a strategy
     # cut is its own WARNING (the guard's), failures are WARNING.
     assert dropped.levelno == logging.INFO
-    assert "9 -> 2 messages" in dropped.getMessage()
-    assert "7 messages dropped or rewritten" in dropped.getMessage()
+    assert "9 -> 3 messages" in dropped.getMessage()
+    assert "6 messages dropped or rewritten" in dropped.getMessage()
 
     noop, _ = make(FunctionStrategy(lambda ctx: None))
     await noop.maybe_compact(users(9))
@@ -365,7 +374,8 @@ async def test_min_progress_guard_skips_until_history_grows() -> None:
 
 
 async def test_small_saving_counts_as_low_progress() -> None:
-    strategy = FunctionStrategy(lambda ctx: list(ctx.history[1:]))  # saves 1 of 20 = 5%
+    # saves 1 of 20 = 5% (drops the second message: the first is the task, which stays)
+    strategy = FunctionStrategy(lambda ctx: [ctx.history[0], *ctx.history[2:]])
     controller, events = make(strategy, max_context_size=1000, reserved_context_size=900)
     out = await controller.maybe_compact(users(20))
     assert events[-1].status == "compacted"
@@ -380,7 +390,8 @@ async def test_a_small_saving_that_fits_never_holds_back_the_next_needed_run() -
     # Issue 21: a triggered guard left 5 calls over a 32k window because a run that saved
     # 7.3% (and fit) made the controller wait for 10% growth. 10 tokens a message here; the
     # threshold fires at 190 (200 - reserved 10).
-    strategy = FunctionStrategy(lambda ctx: list(ctx.history[1:]))  # saves one message
+    # saves one message (the second: the first is the task, which stays)
+    strategy = FunctionStrategy(lambda ctx: [ctx.history[0], *ctx.history[2:]])
     controller, events = make(strategy, max_context_size=200, reserved_context_size=10)
     stored = list(await controller.maybe_compact(users(19)))  # 190 -> 180: fits, saved 5%
     for n in range(3):
@@ -412,8 +423,8 @@ def chat(turns: int) -> list[Message]:
 
 async def test_an_optional_rewrite_that_does_not_pay_back_the_cache_is_a_noop() -> None:
     # max_messages fires with room to spare: the rewrite is optional. keep_last(6) of 8
-    # messages frees 20 tokens a call but changes the first message, so the next call
-    # re-bills all 60 kept tokens at the write price: 0.1 x 20 x 2 calls < 1.15 x 60.
+    # messages (and the task) frees 10 tokens a call but changes the second message, so the
+    # next call re-bills the 60 tokens after it at the write price: 0.1 x 10 x 2 < 1.15 x 60.
     history = chat(4)
     controller, events = make(
         keep_last(6), max_context_size=1000, reserved_context_size=100, max_messages=5
@@ -430,20 +441,21 @@ async def test_an_optional_rewrite_that_does_not_pay_back_the_cache_is_a_noop() 
     assert events[-1].status == "skipped"
     controller.cache_pricing = None
     controller.reset()
-    assert len((await controller.compact(history)).history) == 6
+    assert len((await controller.compact(history)).history) == 7
     fresh, events = make(
         keep_last(6), max_context_size=1000, reserved_context_size=100, max_messages=5
     )
     fresh.cache_pricing = REWRITE_PRICING
-    assert len((await fresh.compact(history)).history) == 6
+    assert len((await fresh.compact(history)).history) == 7
     assert events[-1].status == "compacted"
 
 
 async def test_an_optional_rewrite_that_pays_back_is_kept() -> None:
     # Only the newest message changes (4,000 characters to 5): nothing before it is
-    # re-billed, and what it frees is saved at every call to come.
-    history = [user("task"), assistant("ok"), user("x" * 4_000)]
-    shorten = FunctionStrategy(lambda ctx: [*ctx.history[:-1], user("short")])
+    # re-billed, and what it frees is saved at every call to come. (An answer: a rewritten
+    # newest user message is a pin the controller would put back.)
+    history = [user("task"), assistant("ok"), user("go on"), assistant("x" * 4_000)]
+    shorten = FunctionStrategy(lambda ctx: [*ctx.history[:-1], assistant("short")])
     controller, events = make(
         shorten,
         token_counter=HeuristicTokenCounter(),
@@ -460,13 +472,13 @@ async def test_an_optional_rewrite_that_pays_back_is_kept() -> None:
 
 async def test_a_rewrite_the_window_needs_is_kept_whatever_it_re_bills() -> None:
     # 8 messages + 20 reserved reach the 100-token window: keep_last(2) brings the history
-    # to 20 tokens. Weighed, it would not pay back (0.1 x 60 x 2 < 1.15 x 20), but the
-    # next call does not fit without it.
+    # to 30 tokens (the task and the last two). Weighed, it would not pay back
+    # (0.1 x 50 x 2 < 1.15 x 20), but the next call does not fit without it.
     history = chat(4)
     controller, events = make(keep_last(2))
     controller.cache_pricing = REWRITE_PRICING
     controller.observe_usage(None, history)
-    assert len((await controller.compact(history)).history) == 2
+    assert len((await controller.compact(history)).history) == 3
     assert events[-1].status == "compacted"
 
 
@@ -502,7 +514,7 @@ async def test_circuit_opens_after_consecutive_failures_and_force_still_runs() -
         attempts.append(1)
         if len(attempts) <= 3:
             raise RuntimeError("down")
-        return list(ctx.history[-2:])
+        return [ctx.history[0], *ctx.history[-2:]]  # the task and the last two
 
     controller, events = make(FunctionStrategy(flaky), max_failures=3, llm=llm)
     history = users(9)
@@ -513,9 +525,9 @@ async def test_circuit_opens_after_consecutive_failures_and_force_still_runs() -
     assert len(attempts) == 3
     out = await controller.maybe_compact(history, force=True)
     assert events[-1].status == "compacted"
-    assert len(out) == 2
+    assert len(out) == 3
     # closed again: a triggered run works
-    assert len(await controller.maybe_compact(users(9))) == 2
+    assert len(await controller.maybe_compact(users(9))) == 3
     assert events[-1].status == "compacted"
 
 
@@ -541,8 +553,8 @@ async def test_reset_closes_the_circuit() -> None:
 
 async def test_force_runs_below_the_threshold() -> None:
     controller, events = make(keep_last(1))
-    out = await controller.maybe_compact(users(2), force=True)
-    assert [m.text for m in out] == ["m1"]
+    out = await controller.maybe_compact(users(3), force=True)
+    assert [m.text for m in out] == ["m0", "m2"]
     assert events[-1].trigger == "forced"
 
 
@@ -550,13 +562,20 @@ async def test_force_runs_below_the_threshold() -> None:
 
 
 async def test_prepare_request_applies_transforms_in_order_and_keeps_history() -> None:
-    upper = FunctionStrategy(lambda ctx: [m.replace(content=m.text.upper()) for m in ctx.history])
-    exclaim = FunctionStrategy(lambda ctx: [m.replace(content=m.text + "!") for m in ctx.history])
+    # They rewrite the answers only: a user message rewritten is a pin the controller puts back.
+    def rewrite(how: Callable[[str], str]) -> FunctionStrategy:
+        return FunctionStrategy(
+            lambda ctx: [
+                m.replace(content=how(m.text)) if m.role == "assistant" else m for m in ctx.history
+            ]
+        )
+
+    upper, exclaim = rewrite(str.upper), rewrite(lambda t: t + "!")
     controller, _ = make(transforms=[upper, FunctionStrategy(lambda ctx: None), exclaim])
-    history = users(3)
+    history = [user("go"), assistant("a0"), assistant("a1")]
     sent = await controller.prepare_request(history)
-    assert [m.text for m in sent] == ["M0!", "M1!", "M2!"]
-    assert [m.text for m in history] == ["m0", "m1", "m2"]
+    assert [m.text for m in sent] == ["go", "A0!", "A1!"]
+    assert [m.text for m in history] == ["go", "a0", "a1"]
     assert sent is not history
 
 
@@ -885,14 +904,16 @@ async def test_result_is_the_original_or_a_valid_history(
 
     kept = [m for m, k in zip(history, keep, strict=True) if k]
 
-    def source(m: Message) -> Message | None:
+    def source(m: Message, taken: list[Message]) -> Message | None:
         for h in history:
             if m is h:
                 return h
         for h in [*kept, *history]:  # equal messages: the one the strategy kept
+            if any(h is t for t in taken):
+                continue  # each message of the history is in the output once
             noted = h.model_copy(update={"content": m.content})
             # Its text followed by a note, nothing else (an empty text starts every text).
-            # Parts are joined by newlines, so a text of empty parts is all newlines.
+            # (Compared without trailing newlines: two empty parts read "\n".)
             noted_text = m.text != h.text and (
                 strip_notes(m.text).rstrip("\n") == h.text.rstrip("\n")
             )
@@ -910,7 +931,14 @@ async def test_result_is_the_original_or_a_valid_history(
         assert check_history(out) == []
         # What the strategy kept, in order, plus pinned messages (and their tool-call groups)
         # the controller put back: nothing new.
-        sources = [source(m) for m in out]
+        # Equal messages (two empty user messages, one kept, one put back with a note) are
+        # matched once each, in order.
+        taken = [m for m in out if any(m is h for h in history)]
+        sources: list[Message | None] = []
+        for m in out:
+            sources.append(source(m, taken))
+            if sources[-1] is not None and sources[-1] is not m:
+                taken.append(sources[-1])
         assert None not in sources
         assert [s for s in sources if any(s is k for k in kept)] == kept
 

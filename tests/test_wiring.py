@@ -254,8 +254,10 @@ async def test_step_compacts_then_transforms_and_reports_both() -> None:
     history = big_history(8)
     step = await controller.step(history)
     assert step.compacted
-    assert len(step.history) == 2
-    assert seen == [2]  # the transform saw the compacted history
+    # keep_last(2) lost the task: the controller put it back (pin_restored)
+    assert len(step.history) == 3
+    assert step.history[0].text.startswith("m0 ")
+    assert seen == [3]  # the transform saw the compacted history
     assert step.request == list(step.history)
     assert step.skipped == ()
 

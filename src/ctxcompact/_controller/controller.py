@@ -35,7 +35,7 @@ from .._defaults import (
 )
 from .._tokens.counters import HeuristicTokenCounter, TokenCounter
 from ..exceptions import ConfigError, LLMUnavailableError, NotSmallerError, UserError
-from ..kit import DEFAULT_RECALL_TEMPLATE, PinRules
+from ..kit import DEFAULT_RECALL_TEMPLATE, PinRules, pinned_indices
 from ..llm._breaker import LLMOutages, watch_outages
 from ..store._memory import DEFAULT_MEMORY_STORE_BYTES, MemoryStore
 from ..store._records import DEFAULT_NAMESPACE
@@ -132,10 +132,10 @@ class CompactionController:
     (``store``), and every marker left in the view names the handle to recall it with (offer
     the model :func:`ctxcompact.store.recall_tool` of ``controller.store``; the
     :class:`~ctxcompact.Agent` does). ``recall=False`` keeps the originals but leaves the
-    strategies' plain markers; ``store=None`` keeps nothing. The messages the
-    user pins (``pin``, ``pin_patterns``) are checked after every rewrite and put back when a
-    strategy lost them (a ``pin_restored`` problem); the built-in guard also keeps system
-    messages and the first and newest user message.
+    strategies' plain markers; ``store=None`` keeps nothing. The task (the first
+    user message), the newest user message and the messages the user pins (``pin``,
+    ``pin_patterns``) are checked after every rewrite and put back when a strategy lost them
+    (a ``pin_restored`` problem); the built-in guard also keeps system messages.
 
     Loop guards: when a run saves less than ``min_progress`` of the (estimated) tokens, the
     controller waits until the history has grown by that fraction before trying again;
@@ -215,16 +215,18 @@ class CompactionController:
     Example:
         >>> from ctxcompact import Message
         >>> from ctxcompact.testing import FunctionStrategy
-        >>> keep_last = FunctionStrategy(lambda ctx: list(ctx.history[-1:]))
+        >>> # The task (the first user message) and the newest: the controller would put
+        >>> # them back if a strategy lost them (a ``pin_restored`` problem).
+        >>> keep_last = FunctionStrategy(lambda ctx: [ctx.history[0], ctx.history[-1]])
         >>> controller = CompactionController(
         ...     keep_last, max_context_size=60, reserved_context_size=10
         ... )
-        >>> history = [Message.user("x" * 200), Message.user("short")]
+        >>> history = [Message.user("task"), Message.assistant("x" * 200), Message.user("short")]
         >>> import asyncio
         >>> result = asyncio.run(controller.compact(history))
         >>> result.event.status, len(result.history)
-        ('compacted', 1)
-        >>> print(result.history[0].text)  # the default store keeps what went, and says so
+        ('compacted', 2)
+        >>> print(result.history[1].text)  # the default store keeps what went, and says so
         ... # doctest: +NORMALIZE_WHITESPACE
         short
         <BLANKLINE>
@@ -856,14 +858,14 @@ class CompactionController:
         """``output`` with the pinned messages of ``history`` it lost put back, and the
         ``pin_restored`` problem when there were some (logged at WARNING)."""
         rules = self.pin_rules
-        if not rules:
-            return list(output), ()
         try:
-            # What the user pinned. The default pins (system messages, the first and newest
-            # user message) are the strategies' to keep: the guard never drops them, a summary
-            # leaves them verbatim before it, and a strategy may document that it rewrites a
-            # system message.
-            pinned = frozenset(i for i, m in enumerate(history) if rules(m))
+            # What the user pinned, and the task and the newest user message (the built-in
+            # strategies keep them: the guard never drops them, a summary leaves them verbatim
+            # before it; a third-party strategy may not). System messages are left to the
+            # strategies: one may document that it rewrites them.
+            defaults = (i for i in pinned_indices(history) if history[i].role == "user")
+            users = (i for i, m in enumerate(history) if rules(m)) if rules else ()
+            pinned = frozenset((*defaults, *users))
             result, restored = restore_pins(history, output, pinned)
         except Exception:  # a bug or a pin predicate that raised: the output stands as it is
             logger.warning("checking the pins after %s raised; its output stands", name)
@@ -873,8 +875,8 @@ class CompactionController:
             return result, ()
         problem = Problem.fixed(
             "pin_restored",
-            f"{name} lost {restored} pinned message(s) (pin, pin_patterns); the "
-            "controller put them back where they were",
+            f"{name} lost {restored} pinned message(s) (the task, the newest user message, "
+            "pin, pin_patterns); the controller put them back where they were",
             source=name,
             count=restored,
         )

@@ -59,7 +59,7 @@ def restore_pins(
         j = alignment.replaced.get(i)
         original = before[i]
         if j is not None:
-            if _is_cut(original.text, after[j].text):
+            if _is_cut(original.text, strip_notes(after[j].text)):  # a note may follow
                 continue  # cut to fit: kept, head and tail
             out[j] = original  # hidden or masked: the same place, the same ids
             lost.append(i)

@@ -8,8 +8,9 @@ patterns (``[compaction] pin_patterns`` in TOML) matched against each message's 
 
 Strategies read the pins with :func:`pinned_indices` (the guard keeps them all, a summary
 leaves them verbatim before it); after every
-rewrite the controller checks each message the *user* pinned is still in the view, verbatim,
-and puts back what a strategy lost (a ``pin_restored`` problem says so).
+rewrite the controller checks that the task, the newest user message and each message the
+user pinned are still in the view, verbatim, and puts back what a strategy lost (a
+``pin_restored`` problem says so); system messages are left to the strategies.
 """
 
 from __future__ import annotations
