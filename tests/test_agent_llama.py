@@ -104,8 +104,15 @@ async def test_the_server_refusing_a_too_long_prompt_triggers_a_forced_compactio
     [record] = [e for e in agent.transcript if isinstance(e, CompactionRecord)]
     assert (record.event.trigger, record.event.status) == ("forced", "compacted")
     assert len(strategy.calls) == 1
-    check_answered(agent, answer, "Say hello.")
-    assert len(agent.messages) == 1 + 12 + len(agent.history) - 1  # the transcript kept all
+    # The strategy drops the task (the first user message, "note 0"); the controller puts it
+    # back, verbatim, and says so (the default store's drop note goes on the newest one).
+    assert [p.kind for p in record.event.problems] == ["pin_restored"]
+    assert answer.strip()
+    assert [m.role for m in agent.history[:3]] == ["system", "user", "user"]
+    assert agent.history[1].text.startswith("note 0: lorem ipsum")
+    assert agent.history[2].text.startswith("Say hello.\n\n[ctxcompact: ")
+    assert agent.history[-1].text == answer
+    assert len(agent.messages) == 1 + 12 + len(agent.history) - 2  # the transcript kept all
 
 
 async def test_a_real_run_with_tool_schemas_completes(real_llm: OpenAIChatLLM) -> None:
