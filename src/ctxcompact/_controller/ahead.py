@@ -145,7 +145,8 @@ class AheadSlot:
                 exc = done.exception()
                 # The type only: a provider's error text can echo the conversation.
                 logger.warning(
-                    "summary ahead of time failed (%s); the trigger's run does without it",
+                    "summary ahead of time failed (%s); the trigger's run writes one, or goes on "
+                    "without one (summarize_at_trigger = false)",
                     type(exc).__name__,
                 )
                 logger.debug("summary ahead of time failed: %s", exc)

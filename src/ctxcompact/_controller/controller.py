@@ -594,7 +594,8 @@ class CompactionController:
             return await strategy.summarize_ahead(ctx)
         except Exception as exc:
             logger.warning(
-                "summary ahead of time failed (%s); the trigger's run does without it",
+                "summary ahead of time failed (%s); the trigger's run writes one, or goes on "
+                "without one (summarize_at_trigger = false)",
                 type(exc).__name__,
             )
             logger.debug("summary ahead of time failed: %s", exc)
