@@ -222,15 +222,7 @@ class SQLiteStore:
         row = (namespace, "summary", key, -1, "", None, "summary", time.time(), size, content)
 
         def write(conn: sqlite3.Connection) -> None:
-            # One summary per key: a new one replaces the old.
-            old = conn.execute(
-                "SELECT id, size FROM entries WHERE namespace = ? AND entry = 'summary' "
-                "AND key = ?",
-                (namespace, key),
-            ).fetchone()
-            if old is not None:
-                conn.execute("DELETE FROM entries WHERE id = ?", (old[0],))
-                conn.execute("UPDATE totals SET value = value - ? WHERE name = 'bytes'", (old[1],))
+            _drop_summary(conn, namespace, key)  # one summary per key: a new one replaces it
             self._upsert(conn, [row])
 
         self._write(write)
@@ -242,15 +234,7 @@ class SQLiteStore:
 
         def write(conn: sqlite3.Connection) -> None:
             nonlocal deleted
-            old = conn.execute(
-                "SELECT id, size FROM entries WHERE namespace = ? AND entry = 'summary' "
-                "AND key = ?",
-                (namespace, key),
-            ).fetchone()
-            if old is not None:
-                conn.execute("DELETE FROM entries WHERE id = ?", (old[0],))
-                conn.execute("UPDATE totals SET value = value - ? WHERE name = 'bytes'", (old[1],))
-                deleted = True
+            deleted = _drop_summary(conn, namespace, key)
 
         self._write(write)
         return deleted
@@ -469,3 +453,17 @@ def _switch_to_wal(conn: sqlite3.Connection, busy_timeout: float) -> None:
                 raise
             time.sleep(delay)
             delay = min(delay * 2, 0.2)
+
+
+def _drop_summary(conn: sqlite3.Connection, namespace: str, key: str) -> bool:
+    """Delete the summary kept under ``key`` and take its size off the byte total; whether
+    there was one."""
+    old = conn.execute(
+        "SELECT id, size FROM entries WHERE namespace = ? AND entry = 'summary' AND key = ?",
+        (namespace, key),
+    ).fetchone()
+    if old is None:
+        return False
+    conn.execute("DELETE FROM entries WHERE id = ?", (old[0],))
+    conn.execute("UPDATE totals SET value = value - ? WHERE name = 'bytes'", (old[1],))
+    return True
