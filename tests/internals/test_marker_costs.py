@@ -10,9 +10,9 @@ import json
 from ctxcompact import CompactionController, HeuristicTokenCounter, Message
 from ctxcompact._controller.store_hook import is_builtin_placeholder
 from ctxcompact.kit import LEGACY_RECALL_TEMPLATE, cleared_marker, recall_placeholder
+from ctxcompact.kit._recall_costs import recall_extra
 from ctxcompact.strategies import Tiered
 from ctxcompact.strategies._relevance import Relevance
-from ctxcompact.strategies._tiered import recall_extra
 from ctxcompact.testing import FunctionStrategy, check_strategy_invariants
 from tests.helpers.gen import assistant, call, system, tool, user
 

@@ -32,9 +32,7 @@ history to the guard, and the next summary is made in the background. ``summary 
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
-import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -44,14 +42,11 @@ from .._contract.protocols import LLM, CompactionStrategy, Dependencies, Summary
 from .._history.validate import check_history
 from ..exceptions import ConfigError, LLMUnavailableError, StrategyLoadError
 from ..kit import (
-    INPUT_MARKER,
-    arguments_handle,
     check_int,
-    cleared_marker,
     options_repr,
     pinned_indices,
-    recall_placeholder,
 )
+from ..kit._recall_costs import MASKED, recall_extra
 from ._clear_inputs import ToolInputClearing
 from ._cut import shrink
 from ._guard import ContextGuard
@@ -60,8 +55,6 @@ from ._schema1 import Schema1Masking
 from ._summary import LLMSummary
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
-
     from .._contract.protocols import CompactionContext
     from .._history.messages import Message
     from .._tokens.counters import TokenCounter
@@ -88,9 +81,6 @@ BUILT_IN_TIERS = ("truncate", "mask", "clear", "summary")
 
 DEFAULT_TIERS: tuple[str, ...] = BUILT_IN_TIERS
 """Every built-in tier, cheapest first (``summary`` only runs with an LLM)."""
-
-MASKED = "[masked]"
-"""What an old tool result becomes in the ``mask`` tier."""
 
 
 class Tiered:
@@ -387,64 +377,3 @@ def _cut_large(
         out[i] = cut
         logger.debug("tier truncate: cut the tool result at message %d to %d tokens", i, cap)
     return out
-
-
-_PLAIN_CLEARED = re.compile(re.escape(INPUT_MARKER).replace(r"\{chars\}", r"(\d+)"))
-_STAND_IN_DIGEST = "0" * 8
-
-
-def recall_extra(
-    before: Sequence[Message], after: Sequence[Message], counter: TokenCounter
-) -> list[int] | None:
-    """Tokens each message of ``after`` (tiers' output from ``before``) will take beyond its
-    count once the controller's store hook writes the recall forms of the plain markers the
-    ``mask`` and ``clear`` tiers wrote; ``None`` when the two are not aligned (a tier added
-    or removed messages) or nothing needs it.
-
-    As the hook does: a masked result becomes the recall placeholder (the default
-    template), or comes back whole when that placeholder is no shorter than the result; a
-    cleared value names ``args:`` and its call's handle. A handle is the call id, with ``@``
-    and 8 digits when the id is re-used (then 9 characters more).
-    """
-    if len(before) != len(after):
-        return None
-    ids = [m.tool_call_id for m in after if m.role == "tool" and m.tool_call_id is not None]
-    reused = {i for i, n in Counter(ids).items() if n > 1}
-    count = counter.count_message
-    extra = [0] * len(after)
-    for i, (old, new) in enumerate(zip(before, after, strict=True)):
-        if new is old:
-            continue
-        if new.role == "tool" and new.text == MASKED and new.tool_call_id is not None:
-            if old.text == MASKED:
-                continue
-            call_id = new.tool_call_id
-            handle = f"{call_id}@{_STAND_IN_DIGEST}" if call_id in reused else call_id
-            text = recall_placeholder(handle)
-            kept = not isinstance(old.content, str) or len(text) >= len(old.content)
-            extra[i] = count(old if kept else new.replace(content=text)) - count(new)
-        elif new.tool_calls:
-            extra[i] = _cleared_extra(new, reused, count)
-    return extra if any(extra) else None
-
-
-def _cleared_extra(message: Message, reused: set[str], count: Callable[[Message], int]) -> int:
-    """What naming the handle in each plain cleared marker of ``message``'s calls adds."""
-    calls = []
-    changed = False
-    for call in message.tool_calls or ():
-        handle = arguments_handle(call.id, _STAND_IN_DIGEST if call.id in reused else None)
-
-        def named(match: re.Match[str], handle: str = handle) -> str:
-            # The marker sits in a JSON string: its quotes are escaped there.
-            return json.dumps(cleared_marker(int(match.group(1)), handle=handle))[1:-1]
-
-        arguments = _PLAIN_CLEARED.sub(named, call.arguments)
-        if arguments == call.arguments:
-            calls.append(call)
-            continue
-        changed = True
-        calls.append(call.model_copy(update={"arguments": arguments}))
-    if not changed:
-        return 0
-    return count(message.replace(tool_calls=calls)) - count(message)
