@@ -3,10 +3,19 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
-from ctxcompact import CompactionContext, CompactionController, Message
+from ctxcompact import (
+    CompactionContext,
+    CompactionController,
+    HeuristicTokenCounter,
+    Message,
+    ToolCall,
+)
+from ctxcompact.kit._recall_costs import recall_extra
 from ctxcompact.store import DEFAULT_MEMORY_STORE_BYTES, MemoryStore
+from ctxcompact.strategies import ToolInputClearing
 from ctxcompact.testing import FunctionStrategy
 
 
@@ -105,3 +114,50 @@ def test_an_in_memory_store_from_a_config_has_the_documented_bound(tmp_path: Pat
     bounded = CompactionController.from_config(path)
     assert isinstance(bounded.store, MemoryStore)
     assert bounded.store.max_bytes == 1_000_000
+
+
+def _writes(n: int, size: int, result: int) -> list[Message]:
+    history = [Message.user("task")]
+    for i in range(n):
+        call = ToolCall(id=f"w{i}", name="Write", arguments=json.dumps({"text": "x" * size}))
+        history += [Message.assistant(None, tool_calls=[call]), Message.tool(f"w{i}", "r" * result)]
+    return [*history, Message.assistant("done"), Message.user("next")]
+
+
+async def test_a_rewrite_that_fits_only_with_plain_markers_is_not_taken_as_needed() -> None:
+    # With the default store, the hook writes each cleared value as "[cleared: 300 chars;
+    # recall_tool_result("args:w3")]": a rewrite whose plain form fits the window but whose
+    # recall form does not keeps no call inside it, and re-bills the whole prompt. It is
+    # weighed as an optional rewrite (and refused: it frees ~7% and re-bills the long results
+    # after the first call), not kept as one the window needs (before: kept, and the next
+    # call still over the window).
+    history = _writes(10, 300, 1_500)
+    clearing = ToolInputClearing(keep_recent=0)
+    plain = clearing.clear(history)
+    assert plain is not None
+    counter = HeuristicTokenCounter()
+    extra = sum(recall_extra(history, plain, counter) or [0])
+    assert extra > 20
+    reserved = 100
+    window = counter.count(plain) + reserved + extra // 2  # plain fits, recall form does not
+    assert counter.count(history) + reserved >= window  # the history is over the window
+
+    def build(**kwargs: object) -> CompactionController:
+        controller = CompactionController(
+            clearing, max_context_size=window, reserved_context_size=reserved, **kwargs
+        )
+        controller.observe_usage(None, history)  # a call was made: the weighing applies
+        return controller
+
+    stored = build()
+    result = await stored.compact(history)
+    assert result.event is not None
+    assert result.event.status == "noop", result.event.status
+    assert [p.kind for p in result.event.problems] == ["no_payback"]
+    assert result.history is history
+    # Without a store the markers stay plain: the same rewrite fits and is kept.
+    bare = build(store=None)
+    result = await bare.compact(history)
+    assert result.event is not None
+    assert result.event.status == "compacted"
+    assert bare.token_count(result.history) + reserved < window

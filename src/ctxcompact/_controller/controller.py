@@ -36,6 +36,7 @@ from .._defaults import (
 from .._tokens.counters import HeuristicTokenCounter, TokenCounter
 from ..exceptions import ConfigError, LLMUnavailableError, NotSmallerError, UserError
 from ..kit import DEFAULT_RECALL_TEMPLATE, PinRules, pinned_indices
+from ..kit._recall_costs import recall_extra
 from ..llm._breaker import LLMOutages, watch_outages
 from ..store._memory import DEFAULT_MEMORY_STORE_BYTES, MemoryStore
 from ..store._records import DEFAULT_NAMESPACE
@@ -825,14 +826,22 @@ class CompactionController:
         """Whether the window needs ``output``: forced (the provider refused the request),
         it fits a history that does not fit the window as it is, or fired at the threshold
         and brings the history under it with room to grow (it frees at least
-        ``min_progress``). A rewrite that fits with less room keeps a call or
-        two inside the window for a whole re-billed prompt: it is weighed like an optional
-        one (:mod:`ctxcompact._controller.payback`)."""
+        ``min_progress``). A rewrite that fits with less room keeps a call or two inside the
+        window for a whole re-billed prompt: it is weighed like an optional one
+        (:mod:`ctxcompact._controller.payback`). "Fits" counts the recall forms the store
+        hook will give the plain cleared and masked markers (``recall_extra``): a rewrite
+        that fits only as written keeps no call inside the window."""
         if attempt.trigger == "forced":
             return True
         if attempt.trigger != "threshold":
             return False
-        after = self.token_counter.count(output)
+        counter = self.token_counter
+        after = counter.count(output)
+        if self.recall:
+            # The store hook will write the plain cleared and masked markers in their recall
+            # forms, which name a handle: a rewrite fits only if it fits with those.
+            extra = recall_extra(attempt.history, output, counter)
+            after += sum(extra) if extra else 0
         freed = 1 - after / attempt.estimate if attempt.estimate else 1.0
         fits = after + attempt.reserved < self.max_context_size
         over = attempt.tokens + attempt.reserved >= self.max_context_size
