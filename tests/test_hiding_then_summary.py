@@ -7,7 +7,13 @@ from collections.abc import Sequence
 
 import pytest
 
-from ctxcompact import CompactionContext, HeuristicTokenCounter, Message, check_history
+from ctxcompact import (
+    CompactionContext,
+    CompactionController,
+    HeuristicTokenCounter,
+    Message,
+    check_history,
+)
 from ctxcompact.exceptions import ConfigError, LLMRequiredError, ServerError
 from ctxcompact.strategies import (
     HIDDEN_PLACEHOLDER,
@@ -181,3 +187,29 @@ async def test_parameters_reach_the_parts() -> None:
     with pytest.raises(ConfigError) as info:
         HidingThenSummary(fallback="sometimes")  # type: ignore[arg-type]
     assert info.value.key == "fallback"
+
+
+async def test_hiding_is_not_enough_when_its_recall_placeholders_do_not_fit() -> None:
+    # With the default store the hook writes the recall placeholder (~22 tokens) in place of
+    # hiding's (~15): "is hiding enough?" counts that, so a history that hiding would fit
+    # only with the plain placeholders is summarized in the same run (before: the hidden
+    # history was kept and the call went over the window; 33 of 1,044 at 16k on the traces).
+    # (A long system prompt: the summarizer's request is fitted to the same window.)
+    history = [system("you are an agent. " * 600), user("fix the failing test in parser.py")]
+    for k in range(150):
+        cid = f"toolu_01{k:03d}ABCDEFGHJKMNPQRSTVWXYZ"
+        history += [assistant(None, call(cid, "read", f'{{"n": {k}}}')), tool(cid, "r" * 200)]
+    strategy = HidingThenSummary(ScriptedLLM("Read 150 files; the bug is in parse()."))
+    hidden = strategy.hiding.hide(history, token_counter=COUNTER)
+    assert hidden is not None
+    reserved = 1_000
+    # Hiding's plain output fits this window with 100 tokens to spare; its recall form not.
+    window = COUNTER.count(hidden) + reserved + 100
+    controller = CompactionController(
+        strategy, max_context_size=window, reserved_context_size=reserved, token_counter=COUNTER
+    )
+    result = await controller.compact(history)
+    assert result.event is not None
+    assert result.event.status == "compacted", [str(p) for p in result.event.problems]
+    assert any(m.text.startswith(SUMMARY_PREFIX) for m in result.history)
+    assert COUNTER.count(result.history) + reserved < window

@@ -11,7 +11,7 @@ from ctxcompact import CompactionController, HeuristicTokenCounter, Message
 from ctxcompact._controller.store_hook import is_builtin_placeholder
 from ctxcompact.kit import LEGACY_RECALL_TEMPLATE, cleared_marker, recall_placeholder
 from ctxcompact.kit._recall_costs import recall_extra
-from ctxcompact.strategies import Tiered
+from ctxcompact.strategies import Tiered, ToolResultHiding
 from ctxcompact.strategies._relevance import Relevance
 from ctxcompact.testing import FunctionStrategy, check_strategy_invariants
 from tests.helpers.gen import assistant, call, system, tool, user
@@ -47,6 +47,33 @@ async def test_the_recall_forms_it_costs_are_the_ones_the_controller_writes() ->
     )
     result = await hook.compact(h)
     assert result.event is not None
+    view = list(result.history)
+    assert any("recall_tool_result(" in m.text for m in view if m.role == "tool")
+    assert COUNT.count(view) == COUNT.count(plain) + sum(extra)
+
+
+async def test_hidden_results_are_costed_in_the_recall_form_the_controller_writes() -> None:
+    # Hiding writes its plain placeholder; the store hook writes the recall placeholder in
+    # its place (longer), or keeps a result whole that is shorter than that placeholder.
+    # HidingThenSummary's "is hiding enough?" and the controller's "does it fit?" cost this.
+    h = [system("S"), user("Read the modules.")]
+    for k in range(20):
+        cid = f"call_{k:04d}"
+        h += [assistant(None, call(cid, "Read", "{}")), tool(cid, "r" * (20 if k % 4 else 900))]
+    plain = ToolResultHiding(preserve_recent_n=2).hide(h, token_counter=COUNT)
+    assert plain is not None
+    extra = recall_extra(h, plain, COUNT)
+    assert extra is not None
+    assert sum(extra) > 0
+    hook = CompactionController(
+        FunctionStrategy(lambda ctx: list(plain)),
+        max_context_size=COUNT.count(h),
+        reserved_context_size=0,
+        token_counter=COUNT,
+    )
+    result = await hook.compact(h)
+    assert result.event is not None
+    assert result.event.status == "compacted"
     view = list(result.history)
     assert any("recall_tool_result(" in m.text for m in view if m.role == "tool")
     assert COUNT.count(view) == COUNT.count(plain) + sum(extra)

@@ -14,7 +14,14 @@ import re
 from collections import Counter
 from typing import TYPE_CHECKING
 
-from ._markers import INPUT_MARKER, arguments_handle, cleared_marker, recall_placeholder
+from ._markers import (
+    INPUT_MARKER,
+    RECALL_TOOL_NAME,
+    TRUNCATION_RE,
+    arguments_handle,
+    cleared_marker,
+    recall_placeholder,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -36,12 +43,13 @@ def recall_extra(
     before: Sequence[Message], after: Sequence[Message], counter: TokenCounter
 ) -> list[int] | None:
     """Tokens each message of ``after`` (tiers' output from ``before``) will take beyond its
-    count once the controller's store hook writes the recall forms of the plain markers the
-    ``mask`` and ``clear`` tiers wrote; ``None`` when the two are not aligned (a tier added
-    or removed messages) or nothing needs it.
+    count once the controller's store hook writes the recall forms of the plain markers
+    (masked or hidden results, cleared arguments); ``None`` when the two are not aligned (a
+    rewrite added or removed messages) or nothing needs it.
 
-    As the hook does: a masked result becomes the recall placeholder (the default
-    template), or comes back whole when that placeholder is no shorter than the result; a
+    As the hook does: a result replaced by a plain placeholder (``[masked]``, hiding's,
+    Schema 1's) becomes the recall placeholder (the default template), or comes back whole
+    when that placeholder is no shorter than the result's text; a
     cleared value names ``args:`` and its call's handle. A handle is the call id, with ``@``
     and 8 digits when the id is re-used (then 9 characters more).
     """
@@ -54,17 +62,29 @@ def recall_extra(
     for i, (old, new) in enumerate(zip(before, after, strict=True)):
         if new is old:
             continue
-        if new.role == "tool" and new.text == MASKED and new.tool_call_id is not None:
-            if old.text == MASKED:
-                continue
+        if _placeholder(old, new):
             call_id = new.tool_call_id
+            assert call_id is not None
             handle = f"{call_id}@{_STAND_IN_DIGEST}" if call_id in reused else call_id
             text = recall_placeholder(handle)
-            kept = not isinstance(old.content, str) or len(text) >= len(old.content)
+            kept = isinstance(old.content, str) and len(text) >= len(old.content)
             extra[i] = count(old if kept else new.replace(content=text)) - count(new)
         elif new.tool_calls:
             extra[i] = _cleared_extra(new, reused, count)
     return extra if any(extra) else None
+
+
+def _placeholder(old: Message, new: Message) -> bool:
+    """Whether ``new`` is ``old``, a tool result, replaced by a plain placeholder (a masked
+    or hidden result: the hook writes the recall placeholder in its place)."""
+    if new.role != "tool" or old.role != "tool" or new.tool_call_id is None:
+        return False
+    text = new.content
+    if not isinstance(text, str) or text == old.content:
+        return False
+    # A cut result (its marker is given a handle, not replaced) or the strategy's own
+    # recall text is not a plain placeholder.
+    return RECALL_TOOL_NAME not in text and TRUNCATION_RE.search(text) is None
 
 
 def _cleared_extra(message: Message, reused: set[str], count: Callable[[Message], int]) -> int:

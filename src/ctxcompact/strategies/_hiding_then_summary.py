@@ -22,6 +22,7 @@ from ..exceptions import (
     SummaryRejectedError,
 )
 from ..kit import HIDDEN_PLACEHOLDER, options_repr
+from ..kit._recall_costs import recall_extra
 from ._hiding import ToolResultHiding
 from ._summary import SUMMARY_PROMPT, LLMSummary, is_summary
 from ._summary_fit import fit_after_summary
@@ -44,9 +45,10 @@ class HidingThenSummary:
     1. :class:`~ctxcompact.strategies.ToolResultHiding` runs first.
     2. If it hides nothing, :class:`~ctxcompact.strategies.LLMSummary` runs (KLIP-13 §4).
     3. With ``fallback="estimate"`` (the default), if ``ctx.token_count`` minus the tokens
-       hiding saved (estimated with ``ctx.token_counter``) plus ``reserved_context_size`` is
-       still at or above ``max_context_size``, the hidden history is summarized in the same
-       run. ``fallback="noop-only"`` is KLIP-13's literal rule: the summary waits for the next
+       hiding saved (estimated with ``ctx.token_counter``; with ``ctx.recall``, counting the
+       recall placeholders the controller writes in place of hiding's) plus
+       ``reserved_context_size`` is still at or above ``max_context_size``, the hidden
+       history is summarized in the same run. ``fallback="noop-only"`` is KLIP-13's literal rule: the summary waits for the next
        trigger, when hiding has become a no-op.
 
     When the summary of step 3 fails with an :class:`~ctxcompact.exceptions.LLMError` or is
@@ -162,7 +164,7 @@ class HidingThenSummary:
         hidden = self.hiding.hide(ctx.history, token_counter=ctx.token_counter)
         if hidden is None:
             return await self.summary.summarize_ahead(ctx)
-        saving = hidden_saving(ctx.history, hidden, ctx.token_counter)
+        saving = _saving(ctx, hidden)
         room = ctx.max_context_size - ctx.reserved_context_size - ctx.token_count
         if saving > room:
             return None
@@ -179,7 +181,7 @@ class HidingThenSummary:
             return await self.summary.compact(ctx)
         if self.fallback == "noop-only":
             return hidden
-        estimate = ctx.token_count - hidden_saving(ctx.history, hidden, ctx.token_counter)
+        estimate = ctx.token_count - _saving(ctx, hidden)
         if estimate + ctx.reserved_context_size < ctx.max_context_size:
             return hidden
         logger.info(
@@ -210,6 +212,16 @@ class HidingThenSummary:
         if not self.summary.fit_window:
             return hidden
         return fit_after_summary(hidden_ctx, hidden, is_summary)
+
+
+def _saving(ctx: CompactionContext, hidden: Sequence[Message]) -> int:
+    """Tokens hiding saves, with the recall placeholders the store hook will write in place
+    of the plain ones when ``ctx.recall`` (they are longer: ~22 tokens, not ~15)."""
+    saving = hidden_saving(ctx.history, hidden, ctx.token_counter)
+    if ctx.recall:
+        extra = recall_extra(ctx.history, hidden, ctx.token_counter)
+        saving -= sum(extra) if extra else 0
+    return saving
 
 
 def hidden_saving(
