@@ -10,7 +10,13 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 
-from ctxcompact import CompactionContext, HeuristicTokenCounter, Message, check_history
+from ctxcompact import (
+    CompactionContext,
+    CompactionController,
+    HeuristicTokenCounter,
+    Message,
+    check_history,
+)
 from ctxcompact.exceptions import ServerError
 from ctxcompact.strategies import DROP_MARKER, SUMMARY_PREFIX, HidingThenSummary, LLMSummary
 from ctxcompact.testing import ScriptedLLM
@@ -150,3 +156,28 @@ def test_without_summarizing_at_the_trigger_the_window_is_kept_with_no_summarize
     assert fits(out)
     assert llm.requests == []
     assert check_history(out) == []
+
+
+async def test_the_fit_leaves_room_for_the_note_the_store_hook_adds() -> None:
+    # With the default store, the controller's hook notes what the summary replaced and names
+    # up to 8 of its results by handle (long ids here, as a provider's are): the fitted
+    # output must leave room for that note, or the request ends over the window by its size
+    # (llm-summary left 8 of 1,044 calls over at 16k by 28-84 tokens, hiding-then-summary 33).
+    history = [system("you are an agent"), user("fix the failing test in parser.py")]
+    for k in range(12):
+        cid = f"toolu_01{k:02d}" + "ABCDEFGHJKMNPQRSTVWXYZ"
+        size = 40_000 if k == 11 else 400
+        history += [assistant(None, call(cid, "read", f'{{"n": {k}}}')), tool(cid, "r" * size)]
+    llm = ScriptedLLM("Read eleven files; the bug is in parse().")
+    controller = CompactionController(
+        LLMSummary(llm),
+        max_context_size=WINDOW,
+        reserved_context_size=RESERVED,
+        token_counter=COUNTER,
+    )
+    result = await controller.compact(history)
+    assert result.event is not None
+    assert result.event.status == "compacted"
+    out = result.history
+    assert any("recall_tool_result(" in m.text and "results:" in m.text for m in out)
+    assert fits(out), COUNTER.count(out) + RESERVED - WINDOW

@@ -17,17 +17,18 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
+from .._history.messages import Message
 from ..exceptions import ConfigError, ContextBudgetError
-from ..kit import pinned_indices
+from ..kit import MAX_NOTE_RESULTS, STAND_IN_RANGE, drop_note, pinned_indices
 from ._guard import ContextGuard
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
     from .._contract.protocols import CompactionContext
-    from .._history.messages import Message
+    from .._tokens.counters import TokenCounter
 
-__all__ = ["fit_after_summary"]
+__all__ = ["fit_after_summary", "note_bound"]
 
 logger = logging.getLogger(__name__)
 
@@ -58,6 +59,10 @@ def fit_after_summary(
         )
     except ConfigError:  # the reserve leaves no room: nothing could fit it
         return output
+    if ctx.recall:
+        # The store hook then notes what the summary replaced, and names the results among
+        # it, on the summary or the task: that note is no part of ``output`` yet.
+        budget = max(1, budget - note_bound(ctx.history, counter))
     if counter.count(output) <= budget:
         return output
     summary = max((i for i, m in enumerate(output) if is_summary(m)), default=None)
@@ -87,3 +92,29 @@ def fit_after_summary(
         )
         return output
     return output if fitted is None else [*head, *fitted]
+
+
+def note_bound(history: Sequence[Message], counter: TokenCounter) -> int:
+    """At most the tokens the store hook's note on a rewrite of ``history`` takes: the
+    drop note with a range handle, a message count of as many digits as ``history`` has
+    messages, and the :data:`~ctxcompact.kit.MAX_NOTE_RESULTS` longest tool results'
+    names and handles, each listed on its own (a handle may gain ``@`` and 8 digits).
+
+    Example:
+        >>> from ctxcompact import HeuristicTokenCounter, Message
+        >>> h = [Message.user("task"), Message.tool("toolu_01ABC", "x"), Message.user("go")]
+        >>> 20 < note_bound(h, HeuristicTokenCounter()) < 80
+        True
+    """
+    pairs = sorted(
+        (len(m.tool_call_id) + 9, m.tool_call_id)
+        for m in history
+        if m.role == "tool" and m.tool_call_id is not None
+    )[-MAX_NOTE_RESULTS:]
+    listed = ", ".join(f"unknown {call_id}@{'0' * 8}" for _, call_id in pairs)
+    text = drop_note(10 ** len(str(len(history))), range_handle=STAND_IN_RANGE)
+    if listed:
+        text = text[:-1] + f"; results: {listed}]"
+    return counter.count_message(Message.user("\n\n" + text)) - counter.count_message(
+        Message.user("")
+    )
