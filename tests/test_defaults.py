@@ -50,16 +50,25 @@ def test_the_check_names_each_default_over_what_not_compacting_costs() -> None:
                 "32000/flat": cell(0.5, 1.0003, 0.9),  # shown as 100.0%: no LOSS
             },
             {"label": "llm", "recommended": True, "16000/flat": cell(0.5, 1.2, 0.9, over=2)},
+            {"label": "weak", "recommended": False, "16000/flat": cell(0.7, 1.1, 0.9, over=5)},
+            {
+                "label": "guard",
+                "recommended": False,
+                "keeps_window": True,
+                "16000/flat": cell(0.7, 1.1, 0.9, over=1),
+            },
         ],
     }
     found = bench_defaults.failures(report)
     # A trace over the window may cost more than not compacting (there compaction is what
-    # lets it run at all), except for the recommended configurations.
+    # lets it run at all), except for the recommended configurations. Calls over the window
+    # fail the recommended files and the defaults that fit the window, not the others.
     assert found == [
         "summed 16000/flat: summed 101.0%",
         "fits 32000/openai: a trace that fits 102.0%",
         "rec 16000/anthropic: a trace 100.1%",
         "llm 16000/flat: 2 calls over",
+        "guard 16000/flat: 1 calls over",
     ]
     assert "over 100%: none" not in bench_defaults.render(
         {"traces": ["a"], "rows": [{"label": "x", "recommended": True, **all_cells(1.5)}]}
@@ -83,6 +92,14 @@ def test_every_registered_strategy_and_table_has_a_row() -> None:
     assert [row.label for row in bench_defaults.rows() if row.every_trace] == [
         "examples/recommended.toml"
     ]
+    assert {row.label for row in bench_defaults.rows() if row.keeps_window} == {
+        "context-guard",
+        "hiding-then-summary (stand-in summarizer)",
+        "llm-summary (stand-in summarizer)",
+        "tiered",
+        "tiered (stand-in summarizer)",
+        "[context_guard] per request",
+    }
 
 
 KNOWN_FAILURES = (
