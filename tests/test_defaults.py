@@ -103,11 +103,10 @@ def test_every_registered_strategy_and_table_has_a_row() -> None:
 
 
 KNOWN_FAILURES = (
-    # Open (issue 21, see the status page).
+    # Open (issue 21, see the status page and docs/guides/strategies.md).
     # Input clearing runs on a history over the window when its rewrite fits it (the window
-    # needs it, and a needed compaction is never held back): on 4 traces it frees 3-6%, keeps
-    # 1-5 calls inside the window and re-bills the whole prompt, 100.0-100.5% summed. One of
-    # those rewrites (sphinx-9229 at 32k) fits as written but not with the recall markers.
+    # needs it, and a needed compaction is never held back): on 3 traces it frees 3-6%, keeps
+    # 1-5 calls inside the window and re-bills the whole prompt: 100.01-100.31% summed.
     "tool-input-clearing 16000/",
     "tool-input-clearing 32000/",
 )
