@@ -13,7 +13,7 @@ from ctxcompact import (
     Message,
     ToolCall,
 )
-from ctxcompact.kit._recall_costs import recall_extra
+from ctxcompact.kit import recall_extra
 from ctxcompact.store import DEFAULT_MEMORY_STORE_BYTES, MemoryStore
 from ctxcompact.strategies import ToolInputClearing
 from ctxcompact.testing import FunctionStrategy

@@ -9,8 +9,7 @@ import json
 
 from ctxcompact import CompactionController, HeuristicTokenCounter, Message
 from ctxcompact._controller.store_hook import is_builtin_placeholder
-from ctxcompact.kit import LEGACY_RECALL_TEMPLATE, cleared_marker, recall_placeholder
-from ctxcompact.kit._recall_costs import recall_extra
+from ctxcompact.kit import LEGACY_RECALL_TEMPLATE, cleared_marker, recall_extra, recall_placeholder
 from ctxcompact.strategies import Tiered, ToolResultHiding
 from ctxcompact.strategies._relevance import Relevance
 from ctxcompact.testing import FunctionStrategy, check_strategy_invariants

@@ -35,8 +35,7 @@ from .._defaults import (
 )
 from .._tokens.counters import HeuristicTokenCounter, TokenCounter
 from ..exceptions import ConfigError, LLMUnavailableError, NotSmallerError, UserError
-from ..kit import DEFAULT_RECALL_TEMPLATE, PinRules, pinned_indices
-from ..kit._recall_costs import recall_extra
+from ..kit import DEFAULT_RECALL_TEMPLATE, PinRules, pinned_indices, recall_extra
 from ..llm._breaker import LLMOutages, watch_outages
 from ..store._memory import DEFAULT_MEMORY_STORE_BYTES, MemoryStore
 from ..store._records import DEFAULT_NAMESPACE

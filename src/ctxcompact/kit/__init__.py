@@ -30,7 +30,8 @@ helper behaves the same in both. What it offers:
   reading them back
   (:data:`TRUNCATION_RE`, :data:`CLEARED_RE`, :data:`DROP_NOTE_RE`, :data:`RANGE_NOTE_RE`).
   A strategy writes the plain forms, or the recall forms when ``ctx.recall`` says the
-  controller keeps the originals.
+  controller keeps the originals; one that writes the plain forms and budgets counts what the
+  controller's recall forms will add with :func:`recall_extra`.
 - Pins, the messages never to drop: :func:`pinned_indices`, :class:`PinRules` (at most
   :data:`MAX_PIN_PATTERNS` patterns of :data:`MAX_PIN_PATTERN_CHARS` characters).
 - Changed copies, fast: :func:`with_content`, :func:`rewrite_contents`.
@@ -105,6 +106,7 @@ from ._placeholders import (
     render_placeholder,
     validate_template,
 )
+from ._recall_costs import recall_extra
 from ._terms import distinctive_tokens
 
 __all__ = [
@@ -155,6 +157,7 @@ __all__ = [
     "placeholder_pattern",
     "range_handle",
     "range_note",
+    "recall_extra",
     "recall_placeholder",
     "render_placeholder",
     "result_handle",

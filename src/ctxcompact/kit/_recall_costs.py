@@ -52,6 +52,15 @@ def recall_extra(
     when that placeholder is no shorter than the result's text; a
     cleared value names ``args:`` and its call's handle. A handle is the call id, with ``@``
     and 8 digits when the id is re-used (then 9 characters more).
+
+    Example:
+        >>> from ctxcompact import HeuristicTokenCounter, Message, ToolCall
+        >>> read = ToolCall(id="c1", name="Read", arguments="{}")
+        >>> before = [Message.assistant(None, tool_calls=[read]), Message.tool("c1", "x" * 400)]
+        >>> after = [before[0], Message.tool("c1", "[masked]")]
+        >>> extra = recall_extra(before, after, HeuristicTokenCounter())
+        >>> extra is not None and extra[0] == 0 and extra[1] > 0
+        True
     """
     if len(before) != len(after):
         return None

@@ -287,7 +287,7 @@ class ContextGuard:
         :func:`ctxcompact.kit.pinned_indices`); ``recall``: write the recall forms of the
         note and the cut markers; ``extra``: tokens each message of ``history`` will take
         beyond its count once the controller writes the recall forms of markers written
-        plain (:func:`ctxcompact.kit._recall_costs.recall_extra`), so they are costed.
+        plain (:func:`ctxcompact.kit.recall_extra`), so they are costed.
         """
         count = token_counter.count_message
         tokens = [count(m) for m in history]

@@ -21,8 +21,7 @@ from ..exceptions import (
     LLMUnavailableError,
     SummaryRejectedError,
 )
-from ..kit import HIDDEN_PLACEHOLDER, options_repr
-from ..kit._recall_costs import recall_extra
+from ..kit import HIDDEN_PLACEHOLDER, options_repr, recall_extra
 from ._hiding import ToolResultHiding
 from ._summary import SUMMARY_PROMPT, LLMSummary, is_summary
 from ._summary_fit import fit_after_summary
@@ -48,8 +47,8 @@ class HidingThenSummary:
        hiding saved (estimated with ``ctx.token_counter``; with ``ctx.recall``, counting the
        recall placeholders the controller writes in place of hiding's) plus
        ``reserved_context_size`` is still at or above ``max_context_size``, the hidden
-       history is summarized in the same run. ``fallback="noop-only"`` is KLIP-13's literal rule: the summary waits for the next
-       trigger, when hiding has become a no-op.
+       history is summarized in the same run. ``fallback="noop-only"`` is KLIP-13's literal
+       rule: the summary waits for the next trigger, when hiding has become a no-op.
 
     When the summary of step 3 fails with an :class:`~ctxcompact.exceptions.LLMError` or is
     refused (:class:`~ctxcompact.exceptions.SummaryRejectedError`: empty, not text, no

@@ -45,8 +45,9 @@ from ..kit import (
     check_int,
     options_repr,
     pinned_indices,
+    recall_extra,
 )
-from ..kit._recall_costs import MASKED, recall_extra
+from ..kit._recall_costs import MASKED
 from ._clear_inputs import ToolInputClearing
 from ._cut import shrink
 from ._guard import ContextGuard
