@@ -9,13 +9,14 @@ from pathlib import Path
 from ctxcompact import (
     CompactionContext,
     CompactionController,
+    CompactionResult,
     HeuristicTokenCounter,
     Message,
     ToolCall,
 )
 from ctxcompact.kit import recall_extra
 from ctxcompact.store import DEFAULT_MEMORY_STORE_BYTES, MemoryStore
-from ctxcompact.strategies import ToolInputClearing
+from ctxcompact.strategies import ToolInputClearing, ToolResultHiding
 from ctxcompact.testing import FunctionStrategy
 
 
@@ -155,9 +156,56 @@ async def test_a_rewrite_that_fits_only_with_plain_markers_is_not_taken_as_neede
     assert result.event.status == "noop", result.event.status
     assert [p.kind for p in result.event.problems] == ["no_payback"]
     assert result.history is history
+    # It would not have fitted either: the next calls wait for growth, they do not re-run
+    # the strategy at every call (a refusal weighed on the plain count ended the wait).
+    for _ in range(2):
+        again = await stored.compact(history)
+        assert again.event is not None
+        assert again.event.status == "skipped", again.event.status
     # Without a store the markers stay plain: the same rewrite fits and is kept.
     bare = build(store=None)
     result = await bare.compact(history)
     assert result.event is not None
     assert result.event.status == "compacted"
     assert bare.token_count(result.history) + reserved < window
+
+
+async def test_the_fit_is_weighed_with_the_controller_s_own_recall_template() -> None:
+    # Hiding frees the old results but the newest two are long, so re-billing them costs
+    # more than the saving pays back: the rewrite is kept only as one the window needs.
+    # With the default template the recall placeholders fit the window; with a longer
+    # template of the controller's (recall_placeholder=) they do not, and the rewrite,
+    # weighed, is refused: the window was judged with the default template before.
+    history = [Message.system("S"), Message.user("task")]
+    for k in range(30):
+        cid = f"toolu_01{k:03d}ABCDEFGHJKMNPQRSTVWXYZ"
+        call = ToolCall(id=cid, name="Read", arguments="{}")
+        size = 20_000 if k >= 28 else 400
+        history += [Message.assistant(None, tool_calls=[call]), Message.tool(cid, "r" * size)]
+    hiding = ToolResultHiding(preserve_recent_n=2)
+    plain = hiding.hide(history, token_counter=HeuristicTokenCounter())
+    assert plain is not None
+    counter = HeuristicTokenCounter()
+    extra = sum(recall_extra(history, plain, counter) or [0])
+    reserved = 100
+    window = counter.count(plain) + extra + reserved + 5  # the default recall form fits
+    template = "[this result was hidden; call recall_tool_result with {tool_call_id} to read it]"
+
+    async def run(recall_placeholder: str | None) -> CompactionResult:
+        controller = CompactionController(
+            hiding,
+            max_context_size=window,
+            reserved_context_size=reserved,
+            recall_placeholder=recall_placeholder,
+        )
+        controller.observe_usage(None, history)
+        return await controller.compact(history)
+
+    default = await run(None)
+    assert default.event is not None
+    assert default.event.status == "compacted"
+    assert counter.count(default.history) + reserved < window
+    longer = await run(template)
+    assert longer.event is not None
+    assert longer.event.status == "noop", longer.event.status
+    assert [p.kind for p in longer.event.problems] == ["no_payback"]

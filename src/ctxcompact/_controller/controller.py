@@ -761,7 +761,7 @@ class CompactionController:
                 # A refused rewrite that would have fitted: the wait ends when the history
                 # no longer fits as it is (the window then needs it). One that would not have
                 # fitted either waits like any run that saved too little (no loop).
-                fitted = self.token_counter.count(output) + attempt.reserved
+                fitted = self._sent_tokens(history, output) + attempt.reserved
                 st.optional_wait = fitted < self.max_context_size
                 loss = Problem.fixed("no_payback", str(weighed), source=name)
                 return self._unchanged(attempt, "noop", (loss,), duration, outage)
@@ -834,13 +834,7 @@ class CompactionController:
             return True
         if attempt.trigger != "threshold":
             return False
-        counter = self.token_counter
-        after = counter.count(output)
-        if self.recall:
-            # The store hook will write the plain cleared and masked markers in their recall
-            # forms, which name a handle: a rewrite fits only if it fits with those.
-            extra = recall_extra(attempt.history, output, counter)
-            after += sum(extra) if extra else 0
+        after = self._sent_tokens(attempt.history, output)
         freed = 1 - after / attempt.estimate if attempt.estimate else 1.0
         fits = after + attempt.reserved < self.max_context_size
         over = attempt.tokens + attempt.reserved >= self.max_context_size
@@ -848,6 +842,19 @@ class CompactionController:
         # needed, however little it frees. (One that does not fit either is weighed: it
         # would break the cache and the call would still not fit.)
         return fits and (over or freed >= self.min_progress)
+
+    def _sent_tokens(self, history: Sequence[Message], output: Sequence[Message]) -> int:
+        """The tokens of ``output`` (a rewrite of ``history``) as it will be sent: with recall
+        on, the store hook writes its plain cleared values and hidden or masked results in
+        their recall forms, which name a handle (``recall_extra``; a form shorter than the
+        plain one is not counted, as the plain one stays when the store cannot keep it)."""
+        counter = self.token_counter
+        tokens = counter.count(output)
+        hook = self._store_hook
+        if hook is not None and hook.recall_template is not None:
+            extra = recall_extra(history, output, counter, template=hook.recall_template)
+            tokens += sum(e for e in extra if e > 0) if extra else 0
+        return tokens
 
     def _not_smaller(
         self, attempt: _Attempt, note: str, duration: float, outage: OutageStatus | None

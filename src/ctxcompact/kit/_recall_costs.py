@@ -15,6 +15,7 @@ from collections import Counter
 from typing import TYPE_CHECKING
 
 from ._markers import (
+    DEFAULT_RECALL_TEMPLATE,
     INPUT_MARKER,
     RECALL_TOOL_NAME,
     TRUNCATION_RE,
@@ -40,7 +41,11 @@ _STAND_IN_DIGEST = "0" * 8
 
 
 def recall_extra(
-    before: Sequence[Message], after: Sequence[Message], counter: TokenCounter
+    before: Sequence[Message],
+    after: Sequence[Message],
+    counter: TokenCounter,
+    *,
+    template: str = DEFAULT_RECALL_TEMPLATE,
 ) -> list[int] | None:
     """Tokens each message of ``after`` (tiers' output from ``before``) will take beyond its
     count once the controller's store hook writes the recall forms of the plain markers
@@ -48,8 +53,9 @@ def recall_extra(
     rewrite added or removed messages) or nothing needs it.
 
     As the hook does: a result replaced by a plain placeholder (``[masked]``, hiding's,
-    Schema 1's) becomes the recall placeholder (the default template), or comes back whole
-    when that placeholder is no shorter than the result's text; a
+    Schema 1's) becomes the recall placeholder (``template``, the controller's; its
+    ``{tool_name}`` the name of the call), or comes back whole when that placeholder is no
+    shorter than the result's text; a
     cleared value names ``args:`` and its call's handle. A handle is the call id, with ``@``
     and 8 digits when the id is re-used (then 9 characters more).
 
@@ -66,16 +72,23 @@ def recall_extra(
         return None
     ids = [m.tool_call_id for m in after if m.role == "tool" and m.tool_call_id is not None]
     reused = {i for i, n in Counter(ids).items() if n > 1}
+    recall_placeholder("x", template=template)  # a bad template raises ConfigError here
     count = counter.count_message
     extra = [0] * len(after)
+    names: dict[str, str] = {}  # call id -> tool name, from the newest assistant message
     for i, (old, new) in enumerate(zip(before, after, strict=True)):
+        if old.role == "assistant" and old.tool_calls:
+            names = {c.id: c.name for c in old.tool_calls}
         if new is old:
             continue
         if _placeholder(old, new):
             call_id = new.tool_call_id
             assert call_id is not None
             handle = f"{call_id}@{_STAND_IN_DIGEST}" if call_id in reused else call_id
-            text = recall_placeholder(handle)
+            if RECALL_TOOL_NAME in new.text and handle in new.text:
+                continue  # the strategy's own recall text: the hook leaves it
+            name = names.get(call_id) or "unknown"
+            text = template.format(tool_call_id=handle, tool_name=name)
             kept = isinstance(old.content, str) and len(text) >= len(old.content)
             extra[i] = count(old if kept else new.replace(content=text)) - count(new)
         elif new.tool_calls:
@@ -91,9 +104,8 @@ def _placeholder(old: Message, new: Message) -> bool:
     text = new.content
     if not isinstance(text, str) or text == old.content:
         return False
-    # A cut result (its marker is given a handle, not replaced) or the strategy's own
-    # recall text is not a plain placeholder.
-    return RECALL_TOOL_NAME not in text and TRUNCATION_RE.search(text) is None
+    # A cut result is not replaced: its marker is given a handle.
+    return TRUNCATION_RE.search(text) is None
 
 
 def _cleared_extra(message: Message, reused: set[str], count: Callable[[Message], int]) -> int:
