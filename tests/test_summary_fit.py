@@ -10,6 +10,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 
+import pytest
+
 from ctxcompact import (
     CompactionContext,
     CompactionController,
@@ -158,16 +160,19 @@ def test_without_summarizing_at_the_trigger_the_window_is_kept_with_no_summarize
     assert check_history(out) == []
 
 
-async def test_the_fit_leaves_room_for_the_note_the_store_hook_adds() -> None:
+@pytest.mark.parametrize("name", ["read", "mcp__server{k:02d}__" + "x" * 45])
+async def test_the_fit_leaves_room_for_the_note_the_store_hook_adds(name: str) -> None:
     # With the default store, the controller's hook notes what the summary replaced and names
     # up to 8 of its results by handle (long ids here, as a provider's are): the fitted
     # output must leave room for that note, or the request ends over the window by its size
     # (llm-summary left 8 of 1,044 calls over at 16k by 28-84 tokens, hiding-then-summary 33).
+    # The note names each result's tool: long (MCP) names, one per server, must be counted.
     history = [system("you are an agent"), user("fix the failing test in parser.py")]
     for k in range(12):
         cid = f"toolu_01{k:02d}" + "ABCDEFGHJKMNPQRSTVWXYZ"
         size = 40_000 if k == 11 else 400
-        history += [assistant(None, call(cid, "read", f'{{"n": {k}}}')), tool(cid, "r" * size)]
+        tool_name = name.format(k=k)
+        history += [assistant(None, call(cid, tool_name, f'{{"n": {k}}}')), tool(cid, "r" * size)]
     llm = ScriptedLLM("Read eleven files; the bug is in parse().")
     controller = CompactionController(
         LLMSummary(llm),
@@ -180,4 +185,28 @@ async def test_the_fit_leaves_room_for_the_note_the_store_hook_adds() -> None:
     assert result.event.status == "compacted"
     out = result.history
     assert any("recall_tool_result(" in m.text and "results:" in m.text for m in out)
+    assert fits(out), COUNTER.count(out) + RESERVED - WINDOW
+
+
+async def test_hiding_kept_when_the_summary_fails_is_fitted_with_its_recall_placeholders() -> None:
+    # The summary fails: the hidden history is fitted to the window. Each hidden result is
+    # sent as the recall placeholder (longer than hiding's): the fit counts them, or the
+    # request ends over the window by their difference (+762 tokens here before).
+    history = [system("you are an agent"), user("fix the failing test in parser.py")]
+    for k in range(300):
+        cid = f"toolu_01{k:03d}ABCDEFGHJKMNPQRSTVWXYZ"
+        size = 2_000 if k == 299 else 200
+        history += [assistant(None, call(cid, "read", f'{{"n": {k}}}')), tool(cid, "r" * size)]
+    failing = ScriptedLLM(*[ServerError("502 from the summarizer")] * 5)
+    controller = CompactionController(
+        HidingThenSummary(failing, preserve_recent_n=1),
+        max_context_size=WINDOW,
+        reserved_context_size=RESERVED,
+        token_counter=COUNTER,
+    )
+    result = await controller.compact(history)
+    assert result.event is not None
+    assert result.event.status == "compacted"
+    out = result.history
+    assert sum(1 for m in out if m.role == "tool" and "recall_tool_result(" in m.text) > 50
     assert fits(out), COUNTER.count(out) + RESERVED - WINDOW

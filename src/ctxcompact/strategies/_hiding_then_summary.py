@@ -195,22 +195,23 @@ class HidingThenSummary:
         except LLMUnavailableError:
             # The breaker warned when it opened; each refused call is not news.
             logger.debug("summary after hiding skipped: the summarizer is unavailable")
-            return self._fitted(hidden_ctx)
+            return self._fitted(hidden_ctx, ctx.history)
         except (LLMError, SummaryRejectedError) as exc:
             # The type only: a provider's error text can echo the conversation.
             logger.warning(
                 "summary after hiding failed (%s), keeping the hidden history", type(exc).__name__
             )
             logger.debug("summary after hiding failed: %s", exc)
-            return self._fitted(hidden_ctx)
+            return self._fitted(hidden_ctx, ctx.history)
         return hidden if summarized is None else summarized
 
-    def _fitted(self, hidden_ctx: CompactionContext) -> Sequence[Message]:
-        """The hidden history, fitted to the window when the summary could not help."""
+    def _fitted(self, hidden_ctx: CompactionContext, live: Sequence[Message]) -> Sequence[Message]:
+        """The hidden history, fitted to the window when the summary could not help
+        (counting the recall placeholders the hook writes in place of hiding's)."""
         hidden = hidden_ctx.history
         if not self.summary.fit_window:
             return hidden
-        return fit_after_summary(hidden_ctx, hidden, is_summary)
+        return fit_after_summary(hidden_ctx, hidden, is_summary, live=live)
 
 
 def _saving(ctx: CompactionContext, hidden: Sequence[Message]) -> int:

@@ -280,7 +280,8 @@ class LLMSummary:
         )
         if ahead_only or not self.fit_window:  # a tier's next step fits, not this one
             return out
-        fitted = fit_after_summary(ctx, ctx.history if out is None else out, is_summary)
+        output = ctx.history if out is None else out
+        fitted = fit_after_summary(ctx, output, is_summary, live=live)
         return None if fitted is ctx.history else fitted
 
     async def _compact(

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 from .._history.messages import Message
 from ..exceptions import ConfigError, ContextBudgetError
-from ..kit import MAX_NOTE_RESULTS, STAND_IN_RANGE, drop_note, pinned_indices
+from ..kit import MAX_NOTE_RESULTS, STAND_IN_RANGE, drop_note, pinned_indices, recall_extra
 from ._guard import ContextGuard
 
 if TYPE_CHECKING:
@@ -39,10 +39,16 @@ def fit_after_summary(
     ctx: CompactionContext,
     output: Sequence[Message],
     is_summary: Callable[[Message], bool],
+    *,
+    live: Sequence[Message] | None = None,
 ) -> Sequence[Message]:
     """``output`` (a rewrite of ``ctx.history``) fitted to the context's window; ``output``
     itself when it fits already, or when what must be kept cannot fit (logged: the summary
     still stands, smaller than the history).
+
+    With ``ctx.recall``, what the controller's store hook adds is counted: its note on what
+    was replaced (:func:`note_bound`), and, when ``ctx.history`` is a rewrite of ``live``
+    with plain placeholders (hiding's, at the same positions), their recall forms.
 
     Example:
         >>> from ctxcompact import CompactionContext, HeuristicTokenCounter, Message
@@ -59,11 +65,13 @@ def fit_after_summary(
         )
     except ConfigError:  # the reserve leaves no room: nothing could fit it
         return output
+    extra: list[int] | None = None
     if ctx.recall:
         # The store hook then notes what the summary replaced, and names the results among
         # it, on the summary or the task: that note is no part of ``output`` yet.
         budget = max(1, budget - note_bound(ctx.history, counter))
-    if counter.count(output) <= budget:
+        extra = _placeholders_extra(ctx.history, live, output, counter)
+    if counter.count(output) + (sum(extra) if extra else 0) <= budget:
         return output
     summary = max((i for i, m in enumerate(output) if is_summary(m)), default=None)
     start = 0
@@ -81,6 +89,7 @@ def fit_after_summary(
             token_counter=counter,
             pinned=pinned_indices(rest, ctx.pin),
             recall=ctx.recall,
+            extra=None if extra is None else extra[start:],
         )
     except ContextBudgetError as exc:
         logger.warning(
@@ -94,11 +103,28 @@ def fit_after_summary(
     return output if fitted is None else [*head, *fitted]
 
 
+def _placeholders_extra(
+    history: Sequence[Message],
+    live: Sequence[Message] | None,
+    output: Sequence[Message],
+    counter: TokenCounter,
+) -> list[int] | None:
+    """What each message of ``output`` gains when the hook writes the recall forms of the
+    plain placeholders that ``history`` (a rewrite of ``live``, position for position) put
+    in place of ``live``'s results; ``None`` when there is nothing to count."""
+    if live is None or len(live) != len(history):
+        return None
+    at = {id(m): i for i, m in enumerate(history)}
+    before = [live[at[id(m)]] if id(m) in at else m for m in output]
+    extra = recall_extra(before, output, counter)
+    return None if extra is None else [max(0, e) for e in extra]
+
+
 def note_bound(history: Sequence[Message], counter: TokenCounter) -> int:
     """At most the tokens the store hook's note on a rewrite of ``history`` takes: the
     drop note with a range handle, a message count of as many digits as ``history`` has
     messages, and the :data:`~ctxcompact.kit.MAX_NOTE_RESULTS` longest tool results'
-    names and handles, each listed on its own (a handle may gain ``@`` and 8 digits).
+    tool names and handles, each listed on its own (a handle may gain ``@`` and 8 digits).
 
     Example:
         >>> from ctxcompact import HeuristicTokenCounter, Message
@@ -106,12 +132,15 @@ def note_bound(history: Sequence[Message], counter: TokenCounter) -> int:
         >>> 20 < note_bound(h, HeuristicTokenCounter()) < 80
         True
     """
-    pairs = sorted(
-        (len(m.tool_call_id) + 9, m.tool_call_id)
-        for m in history
-        if m.role == "tool" and m.tool_call_id is not None
-    )[-MAX_NOTE_RESULTS:]
-    listed = ", ".join(f"unknown {call_id}@{'0' * 8}" for _, call_id in pairs)
+    entries: list[str] = []
+    names: dict[str, str] = {}  # call id -> tool name, from the newest assistant message
+    for m in history:
+        if m.role == "assistant" and m.tool_calls:
+            names = {c.id: c.name for c in m.tool_calls}
+        elif m.role == "tool" and m.tool_call_id is not None:
+            name = names.get(m.tool_call_id) or "unknown"
+            entries.append(f"{name} {m.tool_call_id}@{'0' * 8}")
+    listed = ", ".join(sorted(entries, key=len)[-MAX_NOTE_RESULTS:])
     text = drop_note(10 ** len(str(len(history))), range_handle=STAND_IN_RANGE)
     if listed:
         text = text[:-1] + f"; results: {listed}]"
