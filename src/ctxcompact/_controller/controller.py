@@ -828,8 +828,8 @@ class CompactionController:
         ``min_progress``). A rewrite that fits with less room keeps a call or two inside the
         window for a whole re-billed prompt: it is weighed like an optional one
         (:mod:`ctxcompact._controller.payback`). "Fits" counts the recall forms the store
-        hook will give the plain cleared and masked markers (``recall_extra``): a rewrite
-        that fits only as written keeps no call inside the window."""
+        hook will give the plain placeholders and cleared values (:meth:`_sent_tokens`): a
+        rewrite that fits only as written keeps no call inside the window."""
         if attempt.trigger == "forced":
             return True
         if attempt.trigger != "threshold":

@@ -220,7 +220,7 @@ def _saving(ctx: CompactionContext, hidden: Sequence[Message]) -> int:
     saving = hidden_saving(ctx.history, hidden, ctx.token_counter)
     if ctx.recall:
         extra = recall_extra(ctx.history, hidden, ctx.token_counter)
-        saving -= sum(extra) if extra else 0
+        saving -= sum(e for e in extra if e > 0) if extra else 0
     return saving
 
 
