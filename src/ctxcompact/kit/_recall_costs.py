@@ -14,6 +14,7 @@ import re
 from collections import Counter
 from typing import TYPE_CHECKING
 
+from ._groups import call_names
 from ._markers import (
     DEFAULT_RECALL_TEMPLATE,
     INPUT_MARKER,
@@ -78,7 +79,7 @@ def recall_extra(
     names: dict[str, str] = {}  # call id -> tool name, from the newest assistant message
     for i, (old, new) in enumerate(zip(before, after, strict=True)):
         if old.role == "assistant" and old.tool_calls:
-            names = {c.id: c.name for c in old.tool_calls}
+            names = call_names(old)
         if new is old:
             continue
         if _placeholder(old, new):

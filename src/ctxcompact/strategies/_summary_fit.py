@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 from .._history.messages import Message
 from ..exceptions import ConfigError, ContextBudgetError
 from ..kit import MAX_NOTE_RESULTS, STAND_IN_RANGE, drop_note, pinned_indices, recall_extra
+from ._fit import result_names
 from ._guard import ContextGuard
 
 if TYPE_CHECKING:
@@ -132,14 +133,12 @@ def note_bound(history: Sequence[Message], counter: TokenCounter) -> int:
         >>> 20 < note_bound(h, HeuristicTokenCounter()) < 80
         True
     """
-    entries: list[str] = []
-    names: dict[str, str] = {}  # call id -> tool name, from the newest assistant message
-    for m in history:
-        if m.role == "assistant" and m.tool_calls:
-            names = {c.id: c.name for c in m.tool_calls}
-        elif m.role == "tool" and m.tool_call_id is not None:
-            name = names.get(m.tool_call_id) or "unknown"
-            entries.append(f"{name} {m.tool_call_id}@{'0' * 8}")
+    names = result_names(history)
+    entries = [
+        f"{names.get(i) or 'unknown'} {m.tool_call_id}@{'0' * 8}"
+        for i, m in enumerate(history)
+        if m.role == "tool" and m.tool_call_id is not None
+    ]
     listed = ", ".join(sorted(entries, key=len)[-MAX_NOTE_RESULTS:])
     text = drop_note(10 ** len(str(len(history))), range_handle=STAND_IN_RANGE)
     if listed:

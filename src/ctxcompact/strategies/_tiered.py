@@ -41,12 +41,7 @@ from typing import TYPE_CHECKING, Any
 from .._contract.protocols import LLM, CompactionStrategy, Dependencies, SummaryAhead
 from .._history.validate import check_history
 from ..exceptions import ConfigError, LLMUnavailableError, StrategyLoadError
-from ..kit import (
-    check_int,
-    options_repr,
-    pinned_indices,
-    recall_extra,
-)
+from ..kit import check_int, options_repr, pinned_indices, recall_extra
 from ..kit._recall_costs import MASKED
 from ._clear_inputs import ToolInputClearing
 from ._cut import shrink
@@ -60,14 +55,7 @@ if TYPE_CHECKING:
     from .._history.messages import Message
     from .._tokens.counters import TokenCounter
 
-__all__ = [
-    "BUILT_IN_TIERS",
-    "DEFAULT_FILL",
-    "DEFAULT_RESULT_SHARE",
-    "DEFAULT_TIERS",
-    "Tiered",
-    "recall_extra",
-]
+__all__ = ["BUILT_IN_TIERS", "DEFAULT_FILL", "DEFAULT_RESULT_SHARE", "DEFAULT_TIERS", "Tiered"]
 
 logger = logging.getLogger(__name__)
 
