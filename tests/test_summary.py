@@ -346,14 +346,13 @@ async def test_oversized_items_are_cut_head_and_tail_to_fit_the_input_budget() -
     assert 'call cat (id a) with arguments: {"path": "big.log"}' in text
 
 
+def two_long_answers() -> list[Message]:
+    """A task, two 40,000-character answers (~23k tokens to summarize), a question, a reply."""
+    return [user("go"), assistant("x" * 40_000), assistant("y" * 40_000), user("q"), assistant("a")]
+
+
 async def test_a_summarizer_overflow_retries_once_with_a_smaller_input() -> None:
-    history = [
-        user("go"),
-        assistant("x" * 40_000),
-        assistant("y" * 40_000),
-        user("q"),
-        assistant("a"),
-    ]
+    history = two_long_answers()
     llm = ScriptedLLM(ContextTooLongError("prompt is too long"), "the summary")
     # ~23k tokens to summarize: within a 30k window, not within half of it.
     out = await LLMSummary(llm).compact(make_ctx(history, max_context_size=30_000))
@@ -366,13 +365,7 @@ async def test_a_summarizer_overflow_retries_once_with_a_smaller_input() -> None
 
 async def test_an_overflow_halves_what_was_sent_even_when_the_budget_was_far_larger() -> None:
     # The declared window is huge but the summarizer's real one is not (a cheaper model).
-    history = [
-        user("go"),
-        assistant("x" * 40_000),
-        assistant("y" * 40_000),
-        user("q"),
-        assistant("a"),
-    ]
+    history = two_long_answers()
     llm = ScriptedLLM(ContextTooLongError("too long"), "the summary")
     out = await LLMSummary(llm).compact(make_ctx(history, max_context_size=1_000_000))
     assert out is not None

@@ -15,6 +15,7 @@ import pytest
 from ctxcompact import (
     CompactionContext,
     CompactionController,
+    CompactionStrategy,
     HeuristicTokenCounter,
     Message,
     check_history,
@@ -160,6 +161,17 @@ def test_without_summarizing_at_the_trigger_the_window_is_kept_with_no_summarize
     assert check_history(out) == []
 
 
+async def compacted(strategy: CompactionStrategy, history: list[Message]) -> list[Message]:
+    """The history after a controller (default store: recall markers) compacted it once."""
+    controller = CompactionController(
+        strategy, max_context_size=WINDOW, reserved_context_size=RESERVED, token_counter=COUNTER
+    )
+    result = await controller.compact(history)
+    assert result.event is not None
+    assert result.event.status == "compacted"
+    return list(result.history)
+
+
 @pytest.mark.parametrize("name", ["read", "mcp__server{k:02d}__" + "x" * 45])
 async def test_the_fit_leaves_room_for_the_note_the_store_hook_adds(name: str) -> None:
     # With the default store, the controller's hook notes what the summary replaced and names
@@ -173,17 +185,9 @@ async def test_the_fit_leaves_room_for_the_note_the_store_hook_adds(name: str) -
         size = 40_000 if k == 11 else 400
         tool_name = name.format(k=k)
         history += [assistant(None, call(cid, tool_name, f'{{"n": {k}}}')), tool(cid, "r" * size)]
-    llm = ScriptedLLM("Read eleven files; the bug is in parse().")
-    controller = CompactionController(
-        LLMSummary(llm),
-        max_context_size=WINDOW,
-        reserved_context_size=RESERVED,
-        token_counter=COUNTER,
+    out = await compacted(
+        LLMSummary(ScriptedLLM("Read eleven files; the bug is in parse().")), history
     )
-    result = await controller.compact(history)
-    assert result.event is not None
-    assert result.event.status == "compacted"
-    out = result.history
     assert any("recall_tool_result(" in m.text and "results:" in m.text for m in out)
     assert fits(out), COUNTER.count(out) + RESERVED - WINDOW
 
@@ -198,15 +202,6 @@ async def test_hiding_kept_when_the_summary_fails_is_fitted_with_its_recall_plac
         size = 2_000 if k == 299 else 200
         history += [assistant(None, call(cid, "read", f'{{"n": {k}}}')), tool(cid, "r" * size)]
     failing = ScriptedLLM(*[ServerError("502 from the summarizer")] * 5)
-    controller = CompactionController(
-        HidingThenSummary(failing, preserve_recent_n=1),
-        max_context_size=WINDOW,
-        reserved_context_size=RESERVED,
-        token_counter=COUNTER,
-    )
-    result = await controller.compact(history)
-    assert result.event is not None
-    assert result.event.status == "compacted"
-    out = result.history
+    out = await compacted(HidingThenSummary(failing, preserve_recent_n=1), history)
     assert sum(1 for m in out if m.role == "tool" and "recall_tool_result(" in m.text) > 50
     assert fits(out), COUNTER.count(out) + RESERVED - WINDOW
