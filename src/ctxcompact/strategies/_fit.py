@@ -67,8 +67,8 @@ logger = logging.getLogger("ctxcompact.strategies.guard")
 PINNED = frozenset({"system", "developer"})
 
 _STAND_IN_MESSAGE = "#" + "0" * 10
-_MIN_CLEARED_CHARS = 200  # ToolInputClearing's default min_chars
-_PLAIN_CLEARER = ArgumentClearer(min_chars=_MIN_CLEARED_CHARS)
+_PLAIN_CLEARER = ArgumentClearer()  # as ToolInputClearing's defaults clear
+_MIN_CLEARED_CHARS = _PLAIN_CLEARER.min_chars
 
 
 def guard_pins(history: Sequence[Message], pinned: frozenset[int]) -> frozenset[int]:
