@@ -123,7 +123,7 @@ CONFIGS = [
     ),
     Config("truncation max 8000 chars", at_defaults(lambda: ToolResultTruncation(max_chars=8_000))),
     Config(
-        "context guard",
+        "context guard, context_window=16000 (fill 1)",
         at_defaults(lambda: ContextGuard(context_window=WINDOW, reserve_tokens=RESERVED)),
     ),
     Config(

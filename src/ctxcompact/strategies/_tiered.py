@@ -15,6 +15,10 @@ is at or under the target (``fill`` of the guard's budget) the run stops. The de
    first and the newest user messages and the newest exchange, chosen by relevance, and
    always fits (or raises :class:`~ctxcompact.exceptions.ContextBudgetError`).
 
+With a store, the controller writes the ``mask`` and ``clear`` markers in their recall forms,
+which name the handle to read the original back with (``ctx.recall``: the tiers count those
+forms when they fit).
+
 A tier that raises, or whose output is not smaller or breaks pairing, is skipped: the run
 falls through to the next tier, never into a loop.
 
@@ -60,7 +64,8 @@ __all__ = ["BUILT_IN_TIERS", "DEFAULT_FILL", "DEFAULT_RESULT_SHARE", "DEFAULT_TI
 logger = logging.getLogger(__name__)
 
 DEFAULT_FILL = 0.4
-"""The target, as a share of the guard's budget (see the README's reasoning)."""
+"""The target, as a share of the guard's budget (why 0.4: docs/guides/strategies.md, "Why these
+defaults", under the tiered strategy)."""
 
 DEFAULT_RESULT_SHARE = 0.0625
 """The ``truncate`` tier's cap on one tool result, as a share of the budget (1/16)."""
