@@ -77,6 +77,23 @@ def test_a_strategy_that_never_fired_is_no_change() -> None:
     assert "(100.0% of no compaction)" in text
 
 
+def test_a_total_that_never_fired_speaks_of_every_conversation() -> None:
+    same = ReplayStats(calls=4, input_tokens=1000, peak_context_tokens=400, cost=200.0)
+    files = [FileReplay(f"{k}.json", 9, BASE, (same,)) for k in range(3)]
+    text = replay_text(settings("llm-summary"), files)
+    assert "llm-summary: no change: none of the 3 conversations reached the trigger" in text
+    assert "the conversation never reached" not in text
+
+
+def test_one_cache_break_is_singular_and_nothing_removed_has_no_rate() -> None:
+    text = replay_text(
+        settings("schema1-masking"), [FileReplay("a.json", 9, BASE, (stats(1100, 250.0),))]
+    )
+    assert "1 cache break against 0" in text
+    assert "removed then referenced" in text
+    assert "0 of 0" not in text  # nothing removed: "-", not a rate of nothing
+
+
 def test_a_trigger_that_fired_is_never_reported_as_not_reached() -> None:
     # The strategy ran three times and changed nothing (its runs were no-ops).
     same = ReplayStats(calls=4, triggers=3, input_tokens=1000, peak_context_tokens=400, cost=200.0)
@@ -319,16 +336,29 @@ def test_a_verdict_says_when_every_compaction_failed_rather_than_never_triggered
     assert "never reached the trigger" not in text
 
 
-@pytest.mark.parametrize("runs", [1, 3])
-def test_the_titles_and_the_legend_never_overlap_a_panel_and_fit_the_figure(runs: int) -> None:
-    labels = ("tool-result-hiding", "schema1-masking (window_turns=4)", "context-guard")[:runs]
+SHORT = ("tool-result-hiding", "schema1-masking (window_turns=4)", "context-guard")
+LONG = (  # the labels of repeated strategies carry their parameters
+    "tool-result-hiding (preserve_recent_n=2)",
+    "tool-result-hiding (preserve_recent_n=8)",
+    'pipeline (steps=["tool-result-truncation", "tool-result-hiding", "context-guard"])',
+)
+
+
+@pytest.mark.parametrize(
+    ("labels", "files"),
+    [(SHORT[:1], 4), (SHORT, 4), (SHORT, 1), (LONG, 1), (LONG, 2), (LONG, 4)],
+)
+def test_the_titles_and_the_legend_never_overlap_a_panel_and_fit_the_figure(
+    labels: tuple[str, ...], files: int
+) -> None:
+    runs = len(labels)
     recorded = ReplayStats(
         calls=4, compactions=1, context_tokens=[100, 200, 150, 250], compaction_calls=[3],
         failed_calls=[2], call_costs=[10.0, 20.0, 150.0, 30.0], cache_break_calls=[3],
     )  # fmt: skip
     base = ReplayStats(calls=4, context_tokens=[100, 200, 300, 400], call_costs=[10, 20, 30, 40])
     name = "/traces/" + "a-long-trace-name-" * 3 + ".json"
-    replays = [FileReplay(f"{name}{k}", 9, base, (recorded,) * runs) for k in range(4)]
+    replays = [FileReplay(f"{name}{k}", 9, base, (recorded,) * runs) for k in range(files)]
     fig = draw_replays(settings(*labels), replays)
     try:
         fig.canvas.draw()
@@ -339,8 +369,14 @@ def test_the_titles_and_the_legend_never_overlap_a_panel_and_fit_the_figure(runs
         legend_box = legend.get_window_extent(renderer)
         visible = [ax for ax in fig.axes if ax.get_visible()]
         assert all(ax.get_legend() is None for ax in visible)  # one legend, for the figure
-        texts = [t.get_text() for t in legend.get_texts()]
-        assert texts[: runs + 1] == ["no compaction", *labels]
+        texts = [t.get_text() for t in legend.get_texts()]  # a long one wrapped, never cut
+        assert [t.replace("\n", " ") for t in texts[: runs + 1]] == ["no compaction", *labels]
+        # Each entry keeps its line sample (the colour that says which curve is which).
+        assert len(legend.legend_handles) == len(texts)
+        for handle in legend.legend_handles:
+            box = handle.get_window_extent(renderer)
+            assert whole.x0 <= box.x0
+            assert box.x1 <= whole.x1
         for box in (title, legend_box):  # inside the figure: nothing cut
             assert whole.x0 <= box.x0
             assert box.x1 <= whole.x1

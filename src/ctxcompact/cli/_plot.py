@@ -25,11 +25,13 @@ if TYPE_CHECKING:
     from ..replay import FileReplay, ReplayStats
     from ._report import ReplaySettings
 
-__all__ = ["draw_replays", "plot_replays", "require_matplotlib"]
+__all__ = ["draw_replays", "legend_layout", "plot_replays", "require_matplotlib"]
 
 _TITLE_WIDTH = 50  # characters per line of a 9-point panel title: a 5-inch panel holds ~55
 _PANEL_WIDTH = 5.0  # inches per column of panels
 _CHARS_PER_INCH = 13  # of the 9-point settings title: how wide a line may be before it wraps
+_LEGEND_CHAR = 0.075  # inches per character of an 8-point legend label (a wide estimate)
+_LEGEND_SAMPLE = 0.75  # inches of an entry besides its text: line sample, padding, spacing
 
 
 def require_matplotlib() -> None:
@@ -71,7 +73,25 @@ def settings_title(settings: ReplaySettings, width: int = 110) -> str:
         f"{settings.max_context_size - settings.reserved_context_size:,}) | cached price "
         f"{settings.cached_price:g} | tokens: {settings.token_counter}"
     )
-    return textwrap.fill(text, width)
+    return textwrap.fill(text, width, break_on_hyphens=False)
+
+
+def legend_layout(labels: Sequence[str], width: float) -> tuple[list[str], int]:
+    """The legend's labels, wrapped so that an entry fits ``width`` inches, and how many
+    columns fit side by side: never more than the figure holds, so no entry is cut.
+
+    Example:
+        >>> legend_layout(["no compaction", "window"], 5.0)
+        (['no compaction', 'window'], 2)
+        >>> wrapped, columns = legend_layout(["x" * 90], 5.0)
+        >>> columns, max(len(line) for line in wrapped[0].splitlines()) <= 56
+        (1, True)
+    """
+    fits = max(8, int((width - _LEGEND_SAMPLE) / _LEGEND_CHAR))
+    wrapped = [textwrap.fill(label, fits, break_on_hyphens=False) for label in labels]
+    widest = max(max(len(line) for line in label.splitlines()) for label in wrapped)
+    entry = widest * _LEGEND_CHAR + _LEGEND_SAMPLE
+    return wrapped, max(1, min(len(labels), int(width // entry)))
 
 
 def draw_replays(settings: ReplaySettings, replays: Sequence[FileReplay]) -> Any:
@@ -94,11 +114,17 @@ def draw_replays(settings: ReplaySettings, replays: Sequence[FileReplay]) -> Any
     cols = min(3, len(replays))
     rows = math.ceil(len(replays) / cols)
     panels = 2 if with_cost else 1
-    legend_rows = math.ceil((len(settings.strategies) + 6) / (2 * cols + 1))
+    handles = _legend_handles(settings, with_cost=with_cost)
+    labels, columns = legend_layout([h.get_label() for h in handles], _PANEL_WIDTH * cols)
+    for handle, label in zip(handles, labels, strict=True):
+        handle.set_label(label)
+    # The legend's height: per row of entries, its tallest (a wrapped label has more lines).
+    lines = [label.count("\n") + 1 for label in labels]
+    legend_lines = sum(max(lines[r : r + columns]) for r in range(0, len(lines), columns))
     fig, axes = plt.subplots(
         rows * panels,
         cols,
-        figsize=(_PANEL_WIDTH * cols, 3.6 * rows * panels + 0.9 + 0.25 * legend_rows),
+        figsize=(_PANEL_WIDTH * cols, 3.6 * rows * panels + 0.9 + 0.2 * legend_lines),
         squeeze=False,
         layout="constrained",
     )
@@ -112,7 +138,7 @@ def draw_replays(settings: ReplaySettings, replays: Sequence[FileReplay]) -> Any
         ax.axhline(settings.max_context_size, color="k", linewidth=1, label="window")
         ax.axhline(trigger, color="k", linestyle=":", linewidth=1, label="trigger")
         name = item.name.replace("\\", "/").rsplit("/", 1)[-1]  # directories make it too long
-        ax.set_title(textwrap.fill(name, _TITLE_WIDTH), fontsize=9)
+        ax.set_title(textwrap.fill(name, _TITLE_WIDTH, break_on_hyphens=False), fontsize=9)
         ax.set_xlabel("model call")
         ax.set_ylabel("context tokens")
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
@@ -123,11 +149,10 @@ def draw_replays(settings: ReplaySettings, replays: Sequence[FileReplay]) -> Any
             axes[(n // cols) * panels + p][n % cols].set_visible(False)
     width = int(_PANEL_WIDTH * cols * _CHARS_PER_INCH)
     fig.suptitle(settings_title(settings, width), fontsize=9)
-    handles = _legend_handles(settings, with_cost=with_cost)
     fig.legend(
         handles=handles,
         loc="outside lower center",
-        ncol=min(len(handles), 2 * cols + 1),
+        ncol=columns,
         fontsize=8,
         frameon=False,
     )

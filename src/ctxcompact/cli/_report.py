@@ -367,7 +367,10 @@ def _block(
 
 
 def _referenced_cell(stats: ReplayStats) -> str:
-    """``referenced of removed (rate)``: removed results a later answer quoted."""
+    """``referenced of removed (rate)``: removed results a later answer quoted (``-`` when
+    nothing was removed: there is no rate)."""
+    if not stats.removed_results:
+        return "-"
     return (
         f"{stats.referenced_results:,} of {stats.removed_results:,} "
         f"(rate {_pct(_referenced_rate(stats))})"
@@ -536,7 +539,8 @@ def _window_words(stats: ReplayStats) -> str:
     return f"{stats.calls_over_window:,} of {stats.calls:,} calls still over the window"
 
 
-def _verdict(label: str, stats: ReplayStats, baseline: ReplayStats) -> str:
+def _verdict(label: str, stats: ReplayStats, baseline: ReplayStats, files: int = 1) -> str:
+    """One strategy's line of the verdict; ``files`` replays summed in ``stats``."""
     cost = ratio(stats.cost, baseline.cost)
     share = ratio(stats.input_tokens, baseline.input_tokens)
     if cost is None or share is None:
@@ -553,8 +557,13 @@ def _verdict(label: str, stats: ReplayStats, baseline: ReplayStats) -> str:
                 f"{label}: no change: the trigger fired {stats.triggers:,} times and the "
                 f"strategy found nothing to compact; {window}"
             )
+        which = (
+            "the conversation never reached"
+            if files == 1
+            else f"none of the {files:,} conversations reached"
+        )
         return (
-            f"{label}: no change: the conversation never reached the trigger "
+            f"{label}: no change: {which} the trigger "
             f"(peak {baseline.peak_context_tokens:,} tokens); {window}"
         )
     figures = _percent_of(stats, baseline)
@@ -564,7 +573,8 @@ def _verdict(label: str, stats: ReplayStats, baseline: ReplayStats) -> str:
         above = " (above a baseline that could not run)" if is_loss(cost) else ""
         return f"{label}: keeps the window ({window}); {figures}{above}"
     if is_loss(cost) or is_loss(share):
-        breaks = f"{stats.cache_breaks:,} cache breaks against {baseline.cache_breaks:,}"
+        noun = "cache break" if stats.cache_breaks == 1 else "cache breaks"
+        breaks = f"{stats.cache_breaks:,} {noun} against {baseline.cache_breaks:,}"
         return f"{label}: LOSS: {figures}; {breaks}"
     return f"{label}: saves {1 - cost:.1%} of the cost ({figures})"
 
@@ -624,7 +634,7 @@ def _verdicts(
     for rank, n in enumerate(order, 1):
         label, stats = settings.strategies[n], compacted[n]
         number = f"{rank}. " if len(order) > 1 else ""
-        lines.append(f"  {number}{_verdict(label, stats, baseline)}")
+        lines.append(f"  {number}{_verdict(label, stats, baseline, len(replays))}")
         timing = _summarizer_timing(stats)
         if timing is not None:
             lines.append(f"    {timing}")
