@@ -154,6 +154,86 @@ def test_replay_json_schema_and_totals(tmp_path: Path) -> None:
     assert image.shape[1] > 100
 
 
+def _tiered_config(path: Path, fill: float, window: int = 16_000) -> Path:
+    path.write_text(
+        f'[compaction]\nstrategy = "tiered"\nmax_context_size = {window}\n'
+        f"reserved_context_size = 4000\n[compaction.params]\nfill = {fill}\n",
+        encoding="utf-8",
+    )
+    return path
+
+
+def test_replay_compares_several_configs_one_column_each(tmp_path: Path) -> None:
+    # Two files naming one strategy: two runs, told apart by their file, each with the figures
+    # it gives alone (the second file used to replace the first without a word).
+    low = _tiered_config(tmp_path / "low.toml", 0.3)
+    high = _tiered_config(tmp_path / "high.toml", 0.6)
+    both = run("replay", "--json", "--config", low, "--config", high, MSA)
+    assert both.returncode == 0, both.stderr
+    doc = json.loads(both.stdout)
+    assert doc["settings"]["strategies"] == ["tiered (low.toml)", "tiered (high.toml)"]
+    costs = [r["compacted"]["cost"] for r in doc["files"][0]["runs"]]
+    alone = []
+    for path in (low, high):
+        single = run("replay", "--json", "--config", path, MSA)
+        assert single.returncode == 0, single.stderr
+        alone.append(json.loads(single.stdout)["files"][0]["runs"][0]["compacted"]["cost"])
+    assert costs == alone
+    assert costs[0] != costs[1]
+
+
+def test_replay_refuses_configs_it_could_not_compare(tmp_path: Path) -> None:
+    low = _tiered_config(tmp_path / "low.toml", 0.4)
+    wide = _tiered_config(tmp_path / "wide.toml", 0.4, window=32_000)
+    different = run("replay", "--config", low, "--config", wide, MSA)
+    assert different.returncode == 2
+    assert "low.toml: window 16,000" in different.stderr
+    assert "wide.toml: window 32,000" in different.stderr
+    # At one window given on the command line they compare.
+    same = run("replay", "--config", low, "--config", wide, "--max-context-size", "20000", MSA)
+    assert same.returncode == 0, same.stderr
+    mixed = run("replay", "--config", low, "--config", wide, "--strategy", "tiered", MSA)
+    assert mixed.returncode == 2
+    assert "--strategy with several --config files" in mixed.stderr
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--strategy", "tool-result-hiding", "--param", "keep_recent=3"],
+         "error: --param: bad params for ToolResultHiding(): unknown parameter 'keep_recent'"),
+        (["--strategy", "tool-result-hiding", "--param", "preserve_recent_n=-3"],
+         "error: --param preserve_recent_n: must be >= 0, got -3 (strategy 'tool-result-hiding')"),
+        (["--config", "examples/recommended.toml", "--param", "nope=1"],
+         "error: --param: bad params for Tiered(): unknown parameter 'nope'"),
+    ],
+)  # fmt: skip
+def test_a_bad_param_is_blamed_on_the_flag_not_on_a_config_key(
+    flags: list[str], message: str
+) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "ctxcompact", "replay", *flags],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        cwd=TRACES_DIR.parents[2],  # examples/ is relative to the checkout
+    )
+    assert done.returncode == 2
+    assert message in done.stderr
+    assert "compaction.params" not in done.stderr
+    assert "(at " not in done.stderr
+
+
+def test_a_bad_param_in_the_file_is_still_the_file_s(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[compaction]\nstrategy = "tiered"\n[compaction.params]\nbogus = 1\n')
+    done = run("replay", "--config", bad, "--param", "fill=0.5")
+    assert done.returncode == 2
+    assert f"{bad}, key 'compaction.params'" in done.stderr
+    assert "unknown parameter 'bogus'" in done.stderr
+
+
 def test_apply_reports_schema1_fields_and_writes_the_input_format(tmp_path: Path) -> None:
     out = tmp_path / "compacted.json"
     result = run(

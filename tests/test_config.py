@@ -300,6 +300,23 @@ def test_out_of_range_values_say_the_allowed_range(
     assert allowed in str(error)
 
 
+@pytest.mark.parametrize(
+    ("text", "key"),
+    [
+        (
+            '[compaction.llm]\nprovider = "openai"\nmodel = "m"\ntimeout = inf',
+            "compaction.llm.timeout",
+        ),
+        ("[proxy]\ntimeout = nan", "proxy.timeout"),
+    ],
+)
+def test_a_timeout_must_be_finite(tmp_path: Path, text: str, key: str) -> None:
+    # An infinite timeout would let one summarizer or upstream request hang for ever.
+    error = config_error(tmp_path, text + "\n")
+    assert error.key == key
+    assert "finite number" in str(error)
+
+
 def test_reserved_must_be_below_max(tmp_path: Path) -> None:
     text = "[compaction]\nmax_context_size = 8000\nreserved_context_size = 8000\n"
     error = config_error(tmp_path, text)

@@ -554,6 +554,30 @@ def test_constructor_raised(write_module: WriteModule) -> None:
     )
     message = load_error("ctor_mod:Ctor", params={"keep": -1})
     assert "ctor_mod.Ctor(...) raised ValueError: keep must be >= 0" in message
+    assert "(at " in message  # where the plugin went wrong
+    assert "ctor_mod.py:" in message
+
+
+def test_a_setting_the_strategy_refuses_names_its_key_not_a_source_line(
+    write_module: WriteModule,
+) -> None:
+    # ConfigError is how a strategy refuses a setting: its key says which; a line of the
+    # strategy's source would only point a user at code that did its job.
+    write_module(
+        "refuse_mod",
+        """
+        from ctxcompact.exceptions import ConfigError
+
+        class Refuses:
+            def __init__(self, *, keep: int = 1) -> None:
+                if keep < 0:
+                    raise ConfigError(f"must be >= 0, got {keep}", key="keep")
+        """
+        + _BODY,
+    )
+    message = load_error("refuse_mod:Refuses", params={"keep": -1})
+    assert "raised ConfigError: key 'keep': must be >= 0, got -1" in message
+    assert "(at " not in message
 
 
 @pytest.mark.parametrize(

@@ -92,7 +92,7 @@ class FallbackConfig(_Table):
     model: str = Field(min_length=1)
     base_url: str | None = None
     api_key_env: str | None = None
-    timeout: float = Field(default=60.0, gt=0)
+    timeout: float = Field(default=60.0, gt=0, allow_inf_nan=False)
     max_retries: int = Field(default=2, ge=0, le=20)
     max_tokens: int | None = Field(default=None, ge=1)
     context_window: int | None = Field(default=None, ge=256)
@@ -317,7 +317,7 @@ class ProxyConfig(_Table):
     port: int = Field(default=8787, ge=0, le=65535)
     openai_base_url: str = "https://api.openai.com/v1"
     anthropic_base_url: str = "https://api.anthropic.com"
-    timeout: float = Field(default=600.0, gt=0)
+    timeout: float = Field(default=600.0, gt=0, allow_inf_nan=False)
     max_body_bytes: int = Field(default=33_554_432, ge=1)
     keep_alive_timeout: int = Field(default=120, ge=1)
     """Seconds an idle client connection is kept open. Above the idle expiry of common HTTP

@@ -23,7 +23,7 @@ from types import MappingProxyType, ModuleType
 from typing import TYPE_CHECKING, Any
 
 from .._contract.protocols import Dependencies
-from ..exceptions import StrategyLoadError
+from ..exceptions import ConfigError, StrategyLoadError
 from .injection import ParamInfo, SignatureError, StrategySignature, inspect_class
 
 if TYPE_CHECKING:
@@ -362,8 +362,9 @@ def _quoted(names: list[str]) -> str:
 def _describe(exc: BaseException) -> str:
     text = f"{type(exc).__name__}: {exc}"
     frames = traceback.extract_tb(exc.__traceback__)
-    # The innermost frame says where it went wrong (a SyntaxError carries its own place).
-    if frames and not isinstance(exc, SyntaxError):
+    # The innermost frame says where it went wrong (a SyntaxError carries its own place; a
+    # ConfigError is a setting the strategy refused, and its key says which).
+    if frames and not isinstance(exc, (SyntaxError, ConfigError)):
         last = frames[-1]
         text += f" (at {last.filename}:{last.lineno})"
     return text

@@ -72,7 +72,14 @@ def _add_strategy(parser: argparse.ArgumentParser, *, default_note: str, many: b
     parser.add_argument(
         "--config",
         metavar="FILE",
-        help="a ctxcompact TOML config: strategy, limits, params, LLM, transforms",
+        action="append" if many else "store",
+        help="a ctxcompact TOML config: strategy, limits, params, LLM, transforms"
+        + (
+            "; repeat it to compare configurations at one window (then without --strategy; "
+            "a --param applies to each)"
+            if many
+            else ""
+        ),
     )
     parser.add_argument(
         "--param",

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from .._history.validate import check_history
@@ -106,6 +107,7 @@ def run_apply(args: argparse.Namespace) -> int:
         default_strategy=None,
         params=[v for _, v in args.param],
         store=False,
+        config_file=args.config,
     )
     return asyncio.run(_closing(_apply(args, conversation, setup), [setup]))
 
@@ -214,11 +216,8 @@ def run_replay(args: argparse.Namespace) -> int:
         )
     if args.plot:
         require_matplotlib()
-    setups = [
-        build_setup(args, spec=spec, default_strategy=DEFAULT_STRATEGY, params=params_for(args, k))
-        for k, spec in enumerate(args.strategy or [None])
-    ]
-    args.pricing_table = _pricing(args, setups[0])
+    setups = _replay_setups(args)
+    args.pricing_table = _pricing(args, setups)
     conversations = _read_all(_inputs(args.files), args.format) if args.files else [load_demo()]
     replays = asyncio.run(_closing(_replay_all(args, conversations, setups), setups))
     first = setups[0]
@@ -226,7 +225,7 @@ def run_replay(args: argparse.Namespace) -> int:
     # What the advice must not suggest again: the params each run had, and --reserved.
     flags = {"--reserved": args.reserved} if args.reserved is not None else {}
     settings = ReplaySettings(
-        strategies=distinct_labels([setup.label for setup in setups], given_params),
+        strategies=distinct_labels(_run_names(args, setups), given_params),
         max_context_size=first.max_context_size,
         reserved_context_size=first.reserved_context_size,
         cached_price=args.cached_price,
@@ -308,11 +307,90 @@ async def _replay_all(
     return replays
 
 
-def _pricing(args: argparse.Namespace, setup: Setup) -> Pricing:
-    """``--pricing NAME``: a built-in table or a ``[pricing.NAME]`` of the config."""
-    extra = {
-        name: Pricing(name, **table.model_dump()) for name, table in setup.config.pricing.items()
-    }
+def _replay_setups(args: argparse.Namespace) -> list[Setup]:
+    """One run per ``--strategy`` (on the one ``--config``, if any), or one per ``--config``
+    when several are given: then every run must replay at the same window, reserve and token
+    counter, or the columns would not be comparable.
+
+    Raises:
+        CliError: Several ``--config`` with ``--strategy``, or configurations that differ in
+            those settings (the message names the files).
+    """
+    files: list[str] = args.config or []
+    if len(files) <= 1:
+        config_file = files[0] if files else None
+        return [
+            build_setup(
+                args,
+                spec=spec,
+                default_strategy=DEFAULT_STRATEGY,
+                params=params_for(args, k),
+                config_file=config_file,
+            )
+            for k, spec in enumerate(args.strategy or [None])
+        ]
+    if args.strategy:
+        raise CliError(
+            "--strategy with several --config files: name the strategy in each file (or give "
+            "one --config and several --strategy)",
+            flag="--strategy",
+        )
+    setups = [
+        build_setup(
+            args,
+            spec=None,
+            default_strategy=DEFAULT_STRATEGY,
+            params=params_for(args, 0),
+            config_file=path,
+        )
+        for path in files
+    ]
+    shown = [
+        (setup.max_context_size, setup.reserved_context_size, setup.counter_name)
+        for setup in setups
+    ]
+    if len(set(shown)) > 1:
+        each = "; ".join(
+            f"{path}: window {size:,}, reserved {reserved:,}, {counter} tokens"
+            for path, (size, reserved, counter) in zip(files, shown, strict=True)
+        )
+        raise CliError(
+            f"the --config files replay at different settings ({each}): give --max-context-size, "
+            "--reserved and --token-counter to compare them at one",
+            flag="--config",
+        )
+    return setups
+
+
+def _run_names(args: argparse.Namespace, setups: Sequence[Setup]) -> list[str]:
+    """Each run's name for its column: its strategy, and its file when several ``--config``
+    name the same strategy."""
+    names = [setup.label for setup in setups]
+    files: list[str] = args.config or []
+    if len(files) > 1:
+        return [
+            f"{name} ({Path(path).name})" if names.count(name) > 1 else name
+            for name, path in zip(names, files, strict=True)
+        ]
+    return names
+
+
+def _pricing(args: argparse.Namespace, setups: Sequence[Setup]) -> Pricing:
+    """``--pricing NAME``: a built-in table or a ``[pricing.NAME]`` of the config (the same
+    in every ``--config`` that defines it).
+
+    Raises:
+        CliError: An unknown name, or one that two ``--config`` files define differently.
+    """
+    extra: dict[str, Pricing] = {}
+    for setup in setups:
+        for name, table in setup.config.pricing.items():
+            pricing = Pricing(name, **table.model_dump())
+            if extra.setdefault(name, pricing) != pricing:
+                raise CliError(
+                    f"--pricing: the --config files define [pricing.{name}] differently",
+                    flag="--pricing",
+                )
     try:
         return provider(args.pricing, extra=extra, cached_price=args.cached_price)
     except UnknownPricingError as exc:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -10,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from .._config.config import Config, load_config
 from .._defaults import REPLAY_MAX_CONTEXT_SIZE, REPLAY_RESERVED_CONTEXT_SIZE
 from .._wiring import Wiring, build_counter, build_summarizer, configured_window, wire
+from ..exceptions import ConfigError, StrategyLoadError
 from ..replay import MemoCounter, MeteredLLM
 from ._io import CliError
 
@@ -20,7 +22,7 @@ else:  # pragma: no cover - exercised on Python 3.10 only
 
 if TYPE_CHECKING:
     import argparse
-    from collections.abc import Sequence
+    from collections.abc import Mapping, Sequence
 
     from .._controller.controller import CompactionController
 
@@ -117,8 +119,10 @@ def build_setup(
     default_strategy: str | None,
     params: Sequence[str] = (),
     store: bool = True,
+    config_file: str | None = None,
 ) -> Setup:
-    """Read ``--config``, the limits and the token counter for strategy ``spec``.
+    """Read ``config_file`` (``--config``), the limits and the token counter for strategy
+    ``spec``.
 
     ``spec`` (one ``--strategy``) overrides the config's strategy; ``params`` (the
     ``--param`` values given for it) override its params; ``--max-context-size`` and
@@ -128,7 +132,7 @@ def build_setup(
     them, so the strategy counts and summarizes through the meters. ``store=False`` (or
     ``--no-store``): no originals store, so the strategies' plain markers.
     """
-    given: Config | None = load_config(args.config) if args.config else None
+    given: Config | None = load_config(config_file) if config_file else None
     config = given if given is not None else Config()
     if not store or getattr(args, "no_store", False):
         config = config.model_copy(update={"store": config.store.disabled()})
@@ -156,14 +160,45 @@ def build_setup(
         spec, strategy_params = default_strategy, cli_params
     else:
         strategy_params = cli_params
-    config = config.with_compaction(
-        strategy=spec,
-        params=strategy_params,
-        max_context_size=max_size,
-        reserved_context_size=reserved,
-    )
-    wiring = wire(config, llm=llm, token_counter=counter, per_conversation=True)
+    file_params = {k: v for k, v in strategy_params.items() if k not in cli_params}
+    limits = {"max_context_size": max_size, "reserved_context_size": reserved}
+    try:
+        config = config.with_compaction(strategy=spec, params=strategy_params, **limits)
+        wiring = wire(config, llm=llm, token_counter=counter, per_conversation=True)
+    except (ConfigError, StrategyLoadError) as exc:
+        if cli_params and _params_fit(config, spec, file_params, limits):
+            raise _param_error(exc, cli_params) or exc from None
+        raise
     return Setup(spec, wiring, counter, counter_name, llm)
+
+
+def _params_fit(
+    config: Config, spec: str, params: Mapping[str, object], limits: Mapping[str, int]
+) -> bool:
+    """Whether the strategy takes ``params`` (the config file's, without ``--param``)."""
+    try:
+        config.with_compaction(strategy=spec, params=dict(params), **limits)
+    except (ConfigError, StrategyLoadError):
+        return False
+    return True
+
+
+def _param_error(
+    exc: ConfigError | StrategyLoadError, cli_params: Mapping[str, object]
+) -> CliError | None:
+    """The error in the command line's words, once the file's own params are known to be
+    valid: a ``--param`` the strategy does not take or of the wrong type, or a value its
+    constructor refused; ``None`` when the fault is elsewhere."""
+    if isinstance(exc, ConfigError):
+        if exc.key == "compaction.params":
+            return CliError(f"--param: {exc.message}", flag="--param")
+        return None
+    cause = exc.__cause__
+    if isinstance(cause, ConfigError) and cause.key in cli_params:
+        return CliError(
+            f"--param {cause.key}: {cause.message} (strategy {exc.spec!r})", flag="--param"
+        )
+    return None
 
 
 def _with_llm_flags(args: argparse.Namespace, config: Config) -> Config:
@@ -210,9 +245,10 @@ def _llm_limits(args: argparse.Namespace) -> dict[str, Any]:
     timeout = getattr(args, "llm_timeout", None)
     retries = getattr(args, "llm_retries", None)
     if timeout is not None:
-        if not timeout > 0:
+        if not (timeout > 0 and math.isfinite(timeout)):
             raise CliError(
-                f"--llm-timeout must be > 0 seconds, got {timeout:g}", flag="--llm-timeout"
+                f"--llm-timeout must be a finite number of seconds > 0, got {timeout:g}",
+                flag="--llm-timeout",
             )
         limits["timeout"] = float(timeout)
     if retries is not None:
