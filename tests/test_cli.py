@@ -182,6 +182,31 @@ def test_replay_compares_several_configs_one_column_each(tmp_path: Path) -> None
     assert costs[0] != costs[1]
 
 
+def test_replay_tells_same_named_configs_apart_by_path(tmp_path: Path) -> None:
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    first = _tiered_config(tmp_path / "a" / "c.toml", 0.3)
+    second = _tiered_config(tmp_path / "b" / "c.toml", 0.6)
+    done = run("replay", "--json", "--config", first, "--config", second, SMALL)
+    assert done.returncode == 0, done.stderr
+    labels = json.loads(done.stdout)["settings"]["strategies"]
+    assert labels == [f"tiered ({first})", f"tiered ({second})"]
+
+
+def test_replay_checks_only_the_pricing_table_it_bills_with(tmp_path: Path) -> None:
+    priced = []
+    for name, read in (("p1.toml", 0.1), ("p2.toml", 0.2)):
+        path = _tiered_config(tmp_path / name, 0.4)
+        with path.open("a", encoding="utf-8") as file:
+            file.write(f"[pricing.mine]\nread = {read}\nwrite = 1.0\n")
+        priced.append(path)
+    unused = run("replay", "--config", priced[0], "--config", priced[1], SMALL)
+    assert unused.returncode == 0, unused.stderr  # flat pricing: [pricing.mine] is not used
+    used = run("replay", "--config", priced[0], "--config", priced[1], "--pricing", "mine", SMALL)
+    assert used.returncode == 2
+    assert "--pricing mine: the --config files define [pricing.mine] differently" in used.stderr
+
+
 def test_replay_refuses_configs_it_could_not_compare(tmp_path: Path) -> None:
     low = _tiered_config(tmp_path / "low.toml", 0.4)
     wide = _tiered_config(tmp_path / "wide.toml", 0.4, window=32_000)
@@ -192,6 +217,17 @@ def test_replay_refuses_configs_it_could_not_compare(tmp_path: Path) -> None:
     # At one window given on the command line they compare.
     same = run("replay", "--config", low, "--config", wide, "--max-context-size", "20000", MSA)
     assert same.returncode == 0, same.stderr
+    # A trigger_ratio moves the trigger the report states once for every run.
+    early = _tiered_config(tmp_path / "early.toml", 0.4)
+    text = early.read_text(encoding="utf-8")
+    early.write_text(text.replace("[compaction]\n", "[compaction]\ntrigger_ratio = 0.5\n"))
+    triggers = run("replay", "--config", low, "--config", early, MSA)
+    assert triggers.returncode == 2
+    assert "trigger at 12,000" in triggers.stderr
+    assert "trigger at 8,000" in triggers.stderr
+    alone = run("replay", "--config", early, MSA)
+    assert alone.returncode == 0, alone.stderr
+    assert "(compaction at 8,000 tokens)" in alone.stdout
     mixed = run("replay", "--config", low, "--config", wide, "--strategy", "tiered", MSA)
     assert mixed.returncode == 2
     assert "--strategy with several --config files" in mixed.stderr

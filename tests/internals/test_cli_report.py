@@ -77,6 +77,15 @@ def test_a_strategy_that_never_fired_is_no_change() -> None:
     assert "(100.0% of no compaction)" in text
 
 
+def test_advice_follows_the_strategy_not_its_config_file_s_name() -> None:
+    from ctxcompact.cli._report import advice
+
+    # The label names the file when two configs run one strategy; "summary" in that name
+    # must not bring the summaries' advice to the guard.
+    assert advice("context-guard (summary-a.toml)", 12_000) == advice("context-guard", 12_000)
+    assert "max_preserved_messages" not in advice("context-guard (summary-a.toml)", 12_000)
+
+
 def test_a_total_that_never_fired_speaks_of_every_conversation() -> None:
     same = ReplayStats(calls=4, input_tokens=1000, peak_context_tokens=400, cost=200.0)
     files = [FileReplay(f"{k}.json", 9, BASE, (same,)) for k in range(3)]

@@ -363,7 +363,7 @@ def _describe(exc: BaseException) -> str:
     text = f"{type(exc).__name__}: {exc}"
     frames = traceback.extract_tb(exc.__traceback__)
     # The innermost frame says where it went wrong (a SyntaxError carries its own place; a
-    # ConfigError is a setting the strategy refused, and its key says which).
+    # ConfigError is a setting refused on purpose, and its key says which).
     if frames and not isinstance(exc, (SyntaxError, ConfigError)):
         last = frames[-1]
         text += f" (at {last.filename}:{last.lineno})"

@@ -8,6 +8,7 @@ unreadable input.
 from __future__ import annotations
 
 import asyncio
+import math
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -233,6 +234,7 @@ def run_replay(args: argparse.Namespace) -> int:
         pricing=args.pricing_table,
         recall=any(setup.wiring.recall for setup in setups),
         params=tuple({**setup.config.compaction.params, **flags} for setup in setups),
+        trigger_at=_trigger(first),
     )
     if args.plot:
         plot_replays(settings, replays, args.plot)
@@ -345,21 +347,42 @@ def _replay_setups(args: argparse.Namespace) -> list[Setup]:
         )
         for path in files
     ]
+    # What the report states once for every run: the window, the trigger, how tokens are
+    # counted (the baseline is counted once, with the first file's counter).
     shown = [
-        (setup.max_context_size, setup.reserved_context_size, setup.counter_name)
+        (
+            f"window {setup.max_context_size:,}, reserved {setup.reserved_context_size:,}, "
+            f"trigger at {_trigger(setup):,}",
+            f"{_counting(setup)} tokens",
+        )
         for setup in setups
     ]
     if len(set(shown)) > 1:
         each = "; ".join(
-            f"{path}: window {size:,}, reserved {reserved:,}, {counter} tokens"
-            for path, (size, reserved, counter) in zip(files, shown, strict=True)
+            f"{path}: {limits}, {counting}"
+            for path, (limits, counting) in zip(files, shown, strict=True)
         )
         raise CliError(
-            f"the --config files replay at different settings ({each}): give --max-context-size, "
-            "--reserved and --token-counter to compare them at one",
+            f"the --config files replay at different settings ({each}): the report compares "
+            "runs at one window and one token count; set them alike (--max-context-size, "
+            "--reserved and --token-counter apply to every file)",
             flag="--config",
         )
     return setups
+
+
+def _trigger(setup: Setup) -> int:
+    """The token count compaction starts at: the window minus the reserve, or lower where a
+    ``trigger_ratio`` puts it (the controller's rule: ``tokens >= ratio x window``)."""
+    threshold = setup.max_context_size - setup.reserved_context_size
+    ratio = setup.config.compaction.trigger_ratio
+    return threshold if ratio is None else min(threshold, math.ceil(ratio * setup.max_context_size))
+
+
+def _counting(setup: Setup) -> str:
+    """How a run counts tokens: the method, and tiktoken's encoding (the heuristic has none)."""
+    encoding = setup.config.token_counting.encoding
+    return f"tiktoken {encoding}" if setup.counter_name == "tiktoken" else "heuristic"
 
 
 def _run_names(args: argparse.Namespace, setups: Sequence[Setup]) -> list[str]:
@@ -367,28 +390,31 @@ def _run_names(args: argparse.Namespace, setups: Sequence[Setup]) -> list[str]:
     name the same strategy."""
     names = [setup.label for setup in setups]
     files: list[str] = args.config or []
-    if len(files) > 1:
-        return [
-            f"{name} ({Path(path).name})" if names.count(name) > 1 else name
-            for name, path in zip(names, files, strict=True)
-        ]
-    return names
+    if len(files) <= 1:
+        return names
+    base = [Path(path).name for path in files]
+    return [
+        # The file's name, or the path as given when two files share a name.
+        name if names.count(name) == 1 else f"{name} ({path if base.count(short) > 1 else short})"
+        for name, path, short in zip(names, files, base, strict=True)
+    ]
 
 
 def _pricing(args: argparse.Namespace, setups: Sequence[Setup]) -> Pricing:
-    """``--pricing NAME``: a built-in table or a ``[pricing.NAME]`` of the config (the same
-    in every ``--config`` that defines it).
+    """``--pricing NAME``: a built-in table or a ``[pricing.NAME]`` of a config file (with
+    several, every file that defines the named table must define it alike; one file's
+    table applies to every run, as the bill is one).
 
     Raises:
-        CliError: An unknown name, or one that two ``--config`` files define differently.
+        CliError: An unknown name, or a named table two ``--config`` files define differently.
     """
     extra: dict[str, Pricing] = {}
     for setup in setups:
         for name, table in setup.config.pricing.items():
             pricing = Pricing(name, **table.model_dump())
-            if extra.setdefault(name, pricing) != pricing:
+            if extra.setdefault(name, pricing) != pricing and name == args.pricing:
                 raise CliError(
-                    f"--pricing: the --config files define [pricing.{name}] differently",
+                    f"--pricing {name}: the --config files define [pricing.{name}] differently",
                     flag="--pricing",
                 )
     try:

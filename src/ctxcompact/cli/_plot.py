@@ -70,7 +70,7 @@ def settings_title(settings: ReplaySettings, width: int = 110) -> str:
     text = (
         f"strategies: {strategies} | window {settings.max_context_size:,} tokens, reserved "
         f"{settings.reserved_context_size:,} (trigger at "
-        f"{settings.max_context_size - settings.reserved_context_size:,}) | cached price "
+        f"{settings.trigger:,}) | cached price "
         f"{settings.cached_price:g} | tokens: {settings.token_counter}"
     )
     return textwrap.fill(text, width, break_on_hyphens=False)
@@ -87,6 +87,8 @@ def legend_layout(labels: Sequence[str], width: float) -> tuple[list[str], int]:
         >>> columns, max(len(line) for line in wrapped[0].splitlines()) <= 56
         (1, True)
     """
+    if not labels:
+        return [], 1
     fits = max(8, int((width - _LEGEND_SAMPLE) / _LEGEND_CHAR))
     wrapped = [textwrap.fill(label, fits, break_on_hyphens=False) for label in labels]
     widest = max(max(len(line) for line in label.splitlines()) for label in wrapped)
@@ -128,7 +130,7 @@ def draw_replays(settings: ReplaySettings, replays: Sequence[FileReplay]) -> Any
         squeeze=False,
         layout="constrained",
     )
-    trigger = settings.max_context_size - settings.reserved_context_size
+    trigger = settings.trigger
     for n, item in enumerate(replays):
         ax = axes[(n // cols) * panels][n % cols]
         calls = range(1, item.baseline.calls + 1)

@@ -89,6 +89,8 @@ class ReplaySettings:
             removed-then-referenced results the agent could have recalled).
         params: Per run, the strategy parameters it ran with and the limits given on the
             command line (``--reserved``...): what the advice must not suggest again.
+        trigger_at: The token count compaction starts at (``None``: the window minus the
+            reserve; a ``trigger_ratio`` may put it lower).
 
     Example:
         >>> ReplaySettings(("tool-result-hiding",), 16000, 4000, 0.1, "heuristic").strategies
@@ -103,6 +105,14 @@ class ReplaySettings:
     pricing: Pricing | None = None
     recall: bool = False
     params: tuple[Mapping[str, object], ...] = ()
+    trigger_at: int | None = None
+
+    @property
+    def trigger(self) -> int:
+        """The token count compaction starts at."""
+        if self.trigger_at is not None:
+            return self.trigger_at
+        return self.max_context_size - self.reserved_context_size
 
     @property
     def priced(self) -> bool:
@@ -502,7 +512,8 @@ def advice(label: str, trigger: int, given: Mapping[str, object] | None = None) 
     ``--reserved``) the run already set: a setting already given at the suggested value is
     not suggested again, and one given at another value is named with it.
     """
-    key = label.lower().replace("_", "-")
+    # The strategy's name alone: a label may add its params or its config file's name.
+    key = label.split(" (", 1)[0].split(" #", 1)[0].lower().replace("_", "-")
     batch = f"{max(1_000, round(trigger / 3, -3)):.0f}"
     given = given or {}
     for words, lead, settings in _ADVICE:
@@ -629,7 +640,7 @@ def _verdicts(
             f"{baseline.calls:,} calls are over the window (input + reserved > "
             f"{settings.max_context_size:,}); its cost is what a run that fails would have cost"
         )
-    trigger = settings.max_context_size - settings.reserved_context_size
+    trigger = settings.trigger
     order = _ranked(compacted) if len(compacted) > 1 else [0]
     for rank, n in enumerate(order, 1):
         label, stats = settings.strategies[n], compacted[n]
@@ -665,7 +676,7 @@ def replay_text(settings: ReplaySettings, replays: Sequence[FileReplay]) -> str:
     lines = [
         f"max context {settings.max_context_size:,} | reserved "
         f"{settings.reserved_context_size:,} (compaction at "
-        f"{settings.max_context_size - settings.reserved_context_size:,} tokens) | "
+        f"{settings.trigger:,} tokens) | "
         f"{_pricing_text(settings)} | tokens: {settings.token_counter}",
         "",
     ]

@@ -166,8 +166,13 @@ def build_setup(
         config = config.with_compaction(strategy=spec, params=strategy_params, **limits)
         wiring = wire(config, llm=llm, token_counter=counter, per_conversation=True)
     except (ConfigError, StrategyLoadError) as exc:
-        if cli_params and _params_fit(config, spec, file_params, limits):
-            raise _param_error(exc, cli_params) or exc from None
+        blamed = (
+            _param_error(exc, cli_params)
+            if cli_params and _params_fit(config, spec, file_params, limits)
+            else None
+        )
+        if blamed is not None:
+            raise blamed from None
         raise
     return Setup(spec, wiring, counter, counter_name, llm)
 
