@@ -311,8 +311,9 @@ async def _replay_all(
 
 def _replay_setups(args: argparse.Namespace) -> list[Setup]:
     """One run per ``--strategy`` (on the one ``--config``, if any), or one per ``--config``
-    when several are given: then every run must replay at the same window, reserve and token
-    counter, or the columns would not be comparable.
+    when several are given: then every run must replay at the same window, reserve, trigger
+    and token count (method and encoding), which the report states once, or the columns
+    would not be comparable.
 
     Raises:
         CliError: Several ``--config`` with ``--strategy``, or configurations that differ in
