@@ -33,7 +33,7 @@ class StoreConfig(BaseModel):
     ``recall_tool_result``. ``recall = false`` keeps the originals but leaves the
     strategies' plain markers and offers no tool (the recall forms are a few tokens longer;
     ``examples/recommended.toml`` counts them when it fits, and on the public traces sends
-    16.7% of the input without a store at 16k either way, 31.6% against 31.3% at 32k).
+    16.7% of no compaction's input at 16k either way, 31.6% against 31.3% at 32k).
     ``path`` is a SQLite file (``~`` expanded, relative to the config file's folder); ``url``
     a Redis server (``redis://[[user]:password@]host[:port][/db]``, ``rediss://`` or
     ``unix://``; the ``redis`` extra), which processes on several machines share: give every
