@@ -258,9 +258,10 @@ HEADLINE = {
     "`tool-result-hiding`, 5 newest turns kept": "hiding n=5",
     "`schema1-masking`, window 5": "masking window=5 (every turn)",
     "`tool-result-truncation`, 8,000 characters": "truncation max 8000 chars",
-    "`ContextGuard(context_window=16000, reserve_tokens=4000)`: drops old turns to fit, errors included": (
-        "context guard, context_window=16000 (fill 1)"
-    ),
+    (
+        "`ContextGuard(context_window=16000, reserve_tokens=4000)`: drops old turns to fit, "
+        "errors included"
+    ): "context guard, context_window=16000 (fill 1)",
 }
 
 
