@@ -270,6 +270,24 @@ def test_a_bad_param_in_the_file_is_still_the_file_s(tmp_path: Path) -> None:
     assert "unknown parameter 'bogus'" in done.stderr
 
 
+@pytest.mark.parametrize("flag", ["--config", "--strategy"])
+def test_apply_refuses_a_flag_it_takes_once_given_twice(tmp_path: Path, flag: str) -> None:
+    # argparse's "store" would keep the second value without a word.
+    one = _tiered_config(tmp_path / "one.toml", 0.4) if flag == "--config" else "tiered"
+    two = _tiered_config(tmp_path / "two.toml", 0.6) if flag == "--config" else "context-guard"
+    done = run("apply", SMALL, flag, one, flag, two, "-o", tmp_path / "out.json")
+    assert done.returncode == 2
+    assert f"{flag} is given twice: this command takes one" in done.stderr
+    assert not (tmp_path / "out.json").exists()
+
+
+def test_plot_refuses_a_file_name_that_is_not_a_png(tmp_path: Path) -> None:
+    done = run("replay", SMALL, "--plot", tmp_path / "out.txt")
+    assert done.returncode == 2
+    assert "--plot writes a PNG image: give a file name ending in .png" in done.stderr
+    assert not (tmp_path / "out.txt").exists()
+
+
 def test_apply_reports_schema1_fields_and_writes_the_input_format(tmp_path: Path) -> None:
     out = tmp_path / "compacted.json"
     result = run(

@@ -7,6 +7,7 @@ fed hand-made replay figures, which no recorded conversation would give one at a
 from __future__ import annotations
 
 import re
+import shlex
 from pathlib import Path
 
 import pytest
@@ -270,6 +271,11 @@ def test_a_real_trace_over_the_window_gets_the_window_verdict_and_advice_that_ho
     config = tmp_path / "guarded.toml"
     config.write_text(f'[compaction]\nstrategy = "pipeline"\n[compaction.params]\n{advised}\n')
     assert main(["replay", str(trace), "--config", str(config), "--no-progress"]) == 0
+    assert "pipeline: keeps the window (every one of its 20 calls fits" in capsys.readouterr().out
+    # And its command-line form, as written, does the same.
+    flags = '--strategy pipeline --param \'steps=["schema1-masking", "context-guard"]\''
+    assert flags in text
+    assert main(["replay", str(trace), *shlex.split(flags), "--no-progress"]) == 0
     assert "pipeline: keeps the window (every one of its 20 calls fits" in capsys.readouterr().out
 
 

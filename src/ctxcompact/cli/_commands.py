@@ -216,6 +216,11 @@ def run_replay(args: argparse.Namespace) -> int:
             flag="--cached-price",
         )
     if args.plot:
+        if not args.plot.lower().endswith(".png"):
+            raise CliError(
+                f"--plot writes a PNG image: give a file name ending in .png, got {args.plot!r}",
+                flag="--plot",
+            )
         require_matplotlib()
     setups = _replay_setups(args)
     args.pricing_table = _pricing(args, setups)

@@ -479,7 +479,7 @@ _ADVICE: tuple[tuple[tuple[str, ...], str, tuple[tuple[str, str], ...]], ...] = 
 # 1,044 calls over the window at 16k/4k and at 32k/8k (schema1-masking alone: 12 of 20 on one
 # trace at 16k).
 _WINDOW_ADVICE = (
-    "end it with the guard, which fits every request it runs on: in a --config file, "
+    "end it with the guard, which fits every request it runs on: {flags}in a --config file, "
     '[compaction] strategy = "pipeline" and [compaction.params] steps = {steps}'
 )
 
@@ -494,8 +494,11 @@ def window_advice(label: str) -> str:
     """
     spec = label.split(" (", 1)[0].split(" #", 1)[0]
     if spec == "pipeline":
-        return _WINDOW_ADVICE.format(steps='[...its steps, "context-guard"]')
-    return _WINDOW_ADVICE.format(steps=f'["{spec}", "context-guard"]')
+        return _WINDOW_ADVICE.format(flags="", steps='[...its steps, "context-guard"]')
+    steps = f'["{spec}", "context-guard"]'
+    # On the command line too; a step given params is written {strategy = ..., params = {...}}.
+    flags = f"--strategy pipeline --param 'steps={steps}', or "
+    return _WINDOW_ADVICE.format(flags=flags, steps=steps)
 
 
 _GENERIC_ADVICE = (
