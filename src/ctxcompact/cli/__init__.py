@@ -40,22 +40,6 @@ class _ParamAction(argparse.Action):
         setattr(namespace, self.dest, [*getattr(namespace, self.dest), (index, str(values))])
 
 
-class _OnceAction(argparse.Action):
-    """A flag that takes one value: given twice, a usage error (``store`` would keep the last
-    one without a word)."""
-
-    def __call__(
-        self,
-        parser: argparse.ArgumentParser,
-        namespace: argparse.Namespace,
-        values: object,
-        option_string: str | None = None,
-    ) -> None:
-        if getattr(namespace, self.dest, None) is not None:
-            parser.error(f"{option_string} is given twice: this command takes one")
-        setattr(namespace, self.dest, values)
-
-
 def _params_for(args: argparse.Namespace, index: int) -> list[str]:
     """The ``--param`` values that apply to the ``index``-th ``--strategy`` (0 if one)."""
     return [value for at, value in args.param if at in (-1, index)]
@@ -76,7 +60,7 @@ def _add_strategy(parser: argparse.ArgumentParser, *, default_note: str, many: b
     parser.add_argument(
         "--strategy",
         metavar="SPEC",
-        action="append" if many else _OnceAction,
+        action="append",  # with many=False, given twice is refused (never the last one kept)
         help=f"entry-point name or module:Class ({default_note})"
         + (
             "; repeat it to compare strategies (a --param after a --strategy applies to that "
@@ -88,7 +72,7 @@ def _add_strategy(parser: argparse.ArgumentParser, *, default_note: str, many: b
     parser.add_argument(
         "--config",
         metavar="FILE",
-        action="append" if many else _OnceAction,
+        action="append",
         help="a ctxcompact TOML config: strategy, limits, params, LLM, transforms"
         + (
             "; repeat it to compare configurations at one window (then without --strategy; "

@@ -98,17 +98,28 @@ def _raise_if_llm_missing(event: CompactionEvent | None) -> None:
 # -- apply ---------------------------------------------------------------------------------
 
 
+def _once(values: list[str] | None, flag: str) -> str | None:
+    """The one value of a flag ``apply`` takes once (argparse appends every one given).
+
+    Raises:
+        CliError: The flag was given more than once.
+    """
+    if values and len(values) > 1:
+        raise CliError(f"{flag} is given twice: this command takes one", flag=flag)
+    return values[0] if values else None
+
+
 def run_apply(args: argparse.Namespace) -> int:
     conversation = read_conversation(args.file, fmt=args.format)
     # No store: the file written outlives this process, so a marker naming a recall handle
     # would name one that no store holds once the command exits.
     setup = build_setup(
         args,
-        spec=args.strategy,
+        spec=_once(args.strategy, "--strategy"),
         default_strategy=None,
         params=[v for _, v in args.param],
         store=False,
-        config_file=args.config,
+        config_file=_once(args.config, "--config"),
     )
     return asyncio.run(_closing(_apply(args, conversation, setup), [setup]))
 
