@@ -336,49 +336,39 @@ def _replay_setups(args: argparse.Namespace) -> list[Setup]:
             those settings (the message names the files).
     """
     files: list[str] = args.config or []
-    if len(files) <= 1:
-        config_file = files[0] if files else None
-        return [
-            build_setup(
-                args,
-                spec=spec,
-                default_strategy=DEFAULT_STRATEGY,
-                params=params_for(args, k),
-                config_file=config_file,
-            )
-            for k, spec in enumerate(args.strategy or [None])
-        ]
-    if args.strategy:
+    if len(files) > 1 and args.strategy:
         raise CliError(
             "--strategy with several --config files: name the strategy in each file (or give "
             "one --config and several --strategy)",
             flag="--strategy",
         )
+    # (strategy, config file) per run: each --strategy on the one file, or each file's own.
+    runs = (
+        [(None, path) for path in files]
+        if len(files) > 1
+        else [(spec, files[0] if files else None) for spec in args.strategy or [None]]
+    )
     setups = [
         build_setup(
             args,
-            spec=None,
+            spec=spec,
             default_strategy=DEFAULT_STRATEGY,
-            params=params_for(args, 0),
+            params=params_for(args, k),
             config_file=path,
         )
-        for path in files
+        for k, (spec, path) in enumerate(runs)
     ]
+    if len(files) <= 1:
+        return setups
     # What the report states once for every run: the window, the trigger, how tokens are
     # counted (the baseline is counted once, with the first file's counter).
     shown = [
-        (
-            f"window {setup.max_context_size:,}, reserved {setup.reserved_context_size:,}, "
-            f"trigger at {_trigger(setup):,}",
-            f"{_counting(setup)} tokens",
-        )
+        f"window {setup.max_context_size:,}, reserved {setup.reserved_context_size:,}, "
+        f"trigger at {_trigger(setup):,}, {_counting(setup)} tokens"
         for setup in setups
     ]
     if len(set(shown)) > 1:
-        each = "; ".join(
-            f"{path}: {limits}, {counting}"
-            for path, (limits, counting) in zip(files, shown, strict=True)
-        )
+        each = "; ".join(f"{path}: {text}" for path, text in zip(files, shown, strict=True))
         raise CliError(
             f"the --config files replay at different settings ({each}): the report compares "
             "runs at one window and one token count; set them alike (--max-context-size, "
