@@ -109,7 +109,7 @@ CANDIDATES: list[tuple[str, Build]] = [
     ),
     (
         "mask + clear inputs, clear_at_least=5000 (at threshold)",
-        at_threshold(mask(clear_at_least=5_000), clear(clear_at_least=5_000)),
+        at_threshold(mask(clear_at_least=5_000), clear(clear_at_least=5_000, min_chars=200)),
     ),
     ("mask + clear inputs, no batching (at threshold)", at_threshold(mask(), clear(min_chars=31))),
     ("mask only, batch_turns=12 (every call)", every_call(mask(batch_turns=12))),

@@ -14,7 +14,7 @@ from tests.helpers.gen import assistant, call, tool, user
 from tests.helpers.strategy_checks import ctx_for, dump, run
 from tests.helpers.traces import load_trace, trace_names
 
-BIG = "x" * 500
+BIG = "x" * 2500  # over the default min_chars (2,000)
 
 
 def write_group(k: int, text: str = BIG, name: str = "Write") -> list[Message]:
@@ -44,7 +44,7 @@ def test_old_long_values_become_a_marker_with_their_size_and_keys_are_kept() -> 
     assert dump(history) == before  # input untouched
     for k in (0, 1):
         args = arguments(out[1 + 2 * k])
-        assert args == {"path": f"f{k}.py", "content": "[cleared: 500 chars]", "mode": 420}
+        assert args == {"path": f"f{k}.py", "content": "[cleared: 2500 chars]", "mode": 420}
     for k in (2, 3):  # the recent groups keep their arguments, same objects
         assert out[1 + 2 * k] is history[1 + 2 * k]
     assert all(out[i] is history[i] for i in range(len(history)) if history[i].role != "assistant")
@@ -85,11 +85,11 @@ def test_short_values_nested_values_and_non_object_arguments() -> None:
     ]
     out = ToolInputClearing(keep_recent=0).clear(history)
     assert out is not None
-    cleared = {"edits": [{"old": "[cleared: 500 chars]", "new": "y"}], "n": [1, 2]}
+    cleared = {"edits": [{"old": "[cleared: 2500 chars]", "new": "y"}], "n": [1, 2]}
     assert arguments(out[1]) == cleared
     assert out[3] is history[3]
     assert out[5] is history[5]
-    assert ToolInputClearing(keep_recent=0, min_chars=600).clear(history) is None
+    assert ToolInputClearing(keep_recent=0, min_chars=2600).clear(history) is None
 
 
 def test_only_the_named_tools_are_cleared() -> None:
@@ -97,7 +97,7 @@ def test_only_the_named_tools_are_cleared() -> None:
     out = ToolInputClearing(keep_recent=0, tools=["Read"]).clear(history)
     assert out is not None
     assert out[1] is history[1]
-    assert arguments(out[3])["content"] == "[cleared: 500 chars]"
+    assert arguments(out[3])["content"] == "[cleared: 2500 chars]"
 
 
 def test_parallel_calls_of_one_message_are_cleared_together() -> None:
@@ -114,7 +114,7 @@ def test_parallel_calls_of_one_message_are_cleared_together() -> None:
     calls = out[1].tool_calls
     assert calls is not None
     assert [c.id for c in calls] == ["a", "b"]
-    assert json.loads(calls[0].arguments) == {"content": "[cleared: 500 chars]"}
+    assert json.loads(calls[0].arguments) == {"content": "[cleared: 2500 chars]"}
     assert calls[1].arguments == "{}"
 
 
@@ -133,8 +133,8 @@ def test_batch_turns_moves_the_boundary_in_multiples() -> None:
 
 
 def test_clear_at_least_waits_until_enough_tokens_are_freed() -> None:
-    strategy = ToolInputClearing(keep_recent=0, clear_at_least=300)
-    assert strategy.clear(history_of(2)) is None  # ~2 x 120 tokens freed: below 300
+    strategy = ToolInputClearing(keep_recent=0, clear_at_least=1_800)
+    assert strategy.clear(history_of(2)) is None  # ~2 x 760 tokens freed: below 1,800
     out = strategy.clear(history_of(3))
     assert out is not None
     assert all("cleared" in m.tool_calls[0].arguments for m in out if m.tool_calls)
@@ -207,6 +207,27 @@ def test_composes_with_hiding_in_a_pipeline_loaded_from_steps() -> None:
     out = assert_strategy_invariants(pipeline, ctx_for(history))
     assert out is not None
     assert out[2].content == "[old tool result hidden]"
-    assert arguments(out[1])["content"] == "[cleared: 500 chars]"
+    assert arguments(out[1])["content"] == "[cleared: 2500 chars]"
     assert out[5] is history[5]  # the newest group is untouched
     assert out[6] is history[6]
+
+
+def test_alone_it_clears_only_a_files_worth_of_text_by_default() -> None:
+    # Alone, each rewrite is a cache break of its own: commands and small edits stay (the
+    # masking strategies' clear_tool_inputs and the tiered clear tier keep 200, riding on the
+    # break their masking makes anyway).
+    command = json.dumps({"command": "c" * 1_500})
+    history = [
+        user("go"),
+        assistant(None, call("a", "bash", command)),
+        tool("a", "ok"),
+        *write_group(1, text="w" * 2_001),
+    ]
+    out = ToolInputClearing(keep_recent=0).clear(history)
+    assert out is not None
+    assert out[1] is history[1]
+    assert arguments(out[3])["content"] == "[cleared: 2001 chars]"
+    shorter = ToolInputClearing(keep_recent=0, min_chars=200).clear(history)
+    assert shorter is not None
+    assert arguments(shorter[1])["command"] == "[cleared: 1500 chars]"
+    assert ToolInputClearing(keep_recent=0).clear(history[:3]) is None

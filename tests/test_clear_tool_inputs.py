@@ -121,7 +121,7 @@ def test_hiding_clears_the_same_calls_as_the_tool_input_clearing_strategy() -> N
     history = history_of(7)
     one = ToolResultHiding(preserve_recent_n=3, clear_tool_inputs=True, batch_turns=2)
     out = one.hide(history)
-    reference = ToolInputClearing(keep_recent=3, batch_turns=2).clear(history)
+    reference = ToolInputClearing(keep_recent=3, batch_turns=2, min_chars=200).clear(history)
     assert out is not None
     assert reference is not None
     calls = [i for i, m in enumerate(history) if m.tool_calls]

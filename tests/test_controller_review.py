@@ -133,7 +133,7 @@ async def test_a_rewrite_that_fits_only_with_plain_markers_is_not_taken_as_neede
     # after the first call), not kept as one the window needs (before: kept, and the next
     # call still over the window).
     history = _writes(10, 300, 1_500)
-    clearing = ToolInputClearing(keep_recent=0)
+    clearing = ToolInputClearing(keep_recent=0, min_chars=200)
     plain = clearing.clear(history)
     assert plain is not None
     counter = HeuristicTokenCounter()

@@ -102,26 +102,9 @@ def test_every_registered_strategy_and_table_has_a_row() -> None:
     }
 
 
-KNOWN_FAILURES = (
-    # Open (issue 21, see the status page and docs/guides/strategies.md).
-    # Input clearing runs on a history over the window when its rewrite fits it (the window
-    # needs it, and a needed compaction is never held back): on 3 traces it frees 3-6%, keeps
-    # 1-5 calls inside the window and re-bills the whole prompt: 100.01-100.31% summed.
-    "tool-input-clearing 16000/",
-    "tool-input-clearing 32000/",
-)
-"""Failures of the check below that are known and open: each is listed in the docs' status
-page. Any other default over 100% fails the test; so does a known one that no longer fails
-(then remove it from this list)."""
-
-
 @pytest.mark.slow
 def test_no_built_in_default_costs_more_than_not_compacting() -> None:
     report = asyncio.run(
         bench_defaults.measure(bench_defaults.rows(), bench_defaults.read_traces([]))
     )
-    found = bench_defaults.failures(report)
-    unexpected = [f for f in found if not f.startswith(KNOWN_FAILURES)]
-    assert not unexpected, unexpected
-    fixed = [k for k in KNOWN_FAILURES if not any(f.startswith(k) for f in found)]
-    assert not fixed, f"no longer failing, remove from KNOWN_FAILURES: {fixed}"
+    assert bench_defaults.failures(report) == []

@@ -23,9 +23,24 @@ if TYPE_CHECKING:
     from .._contract.protocols import CompactionContext
     from .._history.messages import Message, ToolCall
 
-__all__ = ["INPUT_MARKER", "ArgumentClearer", "ToolInputClearing", "clearer_for"]
+__all__ = ["INPUT_MARKER", "MIN_CHARS", "ArgumentClearer", "ToolInputClearing", "clearer_for"]
 
 _MEMO_LIMIT = 4096  # arguments remembered per instance (a proxy serves many conversations)
+
+# Alone, every rewrite this strategy makes is a cache break of its own: the whole prompt after
+# the first value it clears is billed again. The controller weighs a rewrite the window does not
+# need (docs/guides/controller.md), but one the window needs always runs, and when it clears
+# short values (commands, small edits) it frees a few hundred tokens for a re-billed prompt. Of
+# the string arguments over 200 characters in the 17 public traces, the 31 over 2,000 (written
+# files, large edits, heredocs; about 50 lines of code) hold 62% of the characters of all 227:
+# clearing only those keeps most of what clearing can free, and a rewrite happens only where a
+# file's worth of text goes. Summed over the traces, 200 cost 100.01-100.31% of not compacting
+# with the three pricings and both windows, 2,000 costs 99.74-99.95% (docs/guides/strategies.md
+# gives the sweep). Inside a rewrite that masking makes anyway (the tiered strategy's clear tier,
+# the masking strategies' clear_tool_inputs) clearing rides on that break, so those keep 200.
+MIN_CHARS = 2_000
+"""``ToolInputClearing``'s default ``min_chars``: only string arguments longer than this are
+cleared when the strategy runs alone."""
 
 
 class ArgumentClearer:
@@ -173,7 +188,9 @@ class ToolInputClearing:
 
     Args:
         keep_recent: How many of the newest tool-call groups keep their arguments whole.
-        min_chars: Only string values longer than this are cleared.
+        min_chars: Only string values longer than this are cleared (default 2,000
+            characters, about 50 lines of code: alone, each rewrite is a cache break of its
+            own, and clearing commands and small edits frees too little to pay for it).
         tools: The tool names whose calls are cleared (``None``, ``True`` or ``"all"``:
             every tool).
         marker: What replaces a value; may use ``{chars}``.
@@ -189,17 +206,17 @@ class ToolInputClearing:
     Example:
         >>> from ctxcompact import Message, ToolCall
         >>> call = ToolCall(id="w1", name="Write", arguments='{"path": "a.py", "text": "' +
-        ...     "x" * 300 + '"}')
+        ...     "x" * 3000 + '"}')
         >>> h = [Message.assistant(None, tool_calls=[call]), Message.tool("w1", "ok")]
         >>> ToolInputClearing(keep_recent=0).clear(h)[0].tool_calls[0].arguments
-        '{"path": "a.py", "text": "[cleared: 300 chars]"}'
+        '{"path": "a.py", "text": "[cleared: 3000 chars]"}'
     """
 
     def __init__(
         self,
         *,
         keep_recent: int = 5,
-        min_chars: int = 200,
+        min_chars: int = MIN_CHARS,
         tools: Sequence[str] | str | bool | None = None,
         marker: str = INPUT_MARKER,
         batch_turns: int = 0,
