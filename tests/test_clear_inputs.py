@@ -8,7 +8,13 @@ import pytest
 
 from ctxcompact import Message, check_history, from_openai, load_strategy
 from ctxcompact.exceptions import ConfigError
-from ctxcompact.strategies import Pipeline, Schema1Masking, ToolInputClearing
+from ctxcompact.strategies import (
+    Pipeline,
+    Schema1Masking,
+    Tiered,
+    ToolInputClearing,
+    ToolResultHiding,
+)
 from ctxcompact.testing import assert_strategy_invariants
 from tests.helpers.gen import assistant, call, tool, user
 from tests.helpers.strategy_checks import ctx_for, dump, run
@@ -212,22 +218,36 @@ def test_composes_with_hiding_in_a_pipeline_loaded_from_steps() -> None:
     assert out[6] is history[6]
 
 
-def test_alone_it_clears_only_a_files_worth_of_text_by_default() -> None:
-    # Alone, each rewrite is a cache break of its own: commands and small edits stay (the
-    # masking strategies' clear_tool_inputs and the tiered clear tier keep 200, riding on the
-    # break their masking makes anyway).
-    command = json.dumps({"command": "c" * 1_500})
+def test_alone_it_clears_only_values_over_2000_characters_by_default() -> None:
+    # Alone, each rewrite is a cache break of its own: shorter values stay.
     history = [
         user("go"),
-        assistant(None, call("a", "bash", command)),
-        tool("a", "ok"),
-        *write_group(1, text="w" * 2_001),
+        *write_group(0, text="s" * 1_500),
+        *write_group(1, text="e" * 2_000),
+        *write_group(2, text="w" * 2_001),
     ]
     out = ToolInputClearing(keep_recent=0).clear(history)
     assert out is not None
     assert out[1] is history[1]
-    assert arguments(out[3])["content"] == "[cleared: 2001 chars]"
+    assert out[3] is history[3]
+    assert arguments(out[5])["content"] == "[cleared: 2001 chars]"
     shorter = ToolInputClearing(keep_recent=0, min_chars=200).clear(history)
     assert shorter is not None
-    assert arguments(shorter[1])["command"] == "[cleared: 1500 chars]"
-    assert ToolInputClearing(keep_recent=0).clear(history[:3]) is None
+    assert arguments(shorter[1])["content"] == "[cleared: 1500 chars]"
+    assert ToolInputClearing(keep_recent=0).clear(history[:5]) is None
+
+
+async def test_where_clearing_rides_on_a_masking_rewrite_it_keeps_200() -> None:
+    # The tiered clear tier and the masking strategies' clear_tool_inputs clear in a rewrite
+    # their masking makes anyway: their own default stays 200.
+    history = [user("go")]
+    for k in range(30):
+        history += write_group(k, text="x" * 500)
+        history[-1] = tool(f"c{k}", "r" * 400)
+    hidden = ToolResultHiding(preserve_recent_n=1, clear_tool_inputs=True).hide(history)
+    assert hidden is not None
+    assert arguments(hidden[1])["content"] == "[cleared: 500 chars]"
+    tiered = Tiered(tiers=["clear"])
+    out = await tiered.compact(ctx_for(history, max_context_size=16_000, reserved=4_000))
+    assert out is not None
+    assert arguments(out[1])["content"] == "[cleared: 500 chars]"

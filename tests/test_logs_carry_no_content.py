@@ -204,7 +204,7 @@ async def test_a_failing_summarizer_logs_no_content(loud: pytest.LogCaptureFixtu
         Schema1Masking(),
         ToolResultTruncation(max_chars=100, head_chars=20, tail_chars=20),
         ContextGuard(context_window=4_000, reserve_tokens=1_000),
-        ToolInputClearing(keep_recent=1),
+        ToolInputClearing(keep_recent=1, min_chars=200),
     ],
     ids=lambda s: type(s).__name__,
 )

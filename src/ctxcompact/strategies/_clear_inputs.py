@@ -23,24 +23,24 @@ if TYPE_CHECKING:
     from .._contract.protocols import CompactionContext
     from .._history.messages import Message, ToolCall
 
-__all__ = ["INPUT_MARKER", "MIN_CHARS", "ArgumentClearer", "ToolInputClearing", "clearer_for"]
+__all__ = ["INPUT_MARKER", "ArgumentClearer", "ToolInputClearing", "clearer_for"]
 
 _MEMO_LIMIT = 4096  # arguments remembered per instance (a proxy serves many conversations)
 
 # Alone, every rewrite this strategy makes is a cache break of its own: the whole prompt after
-# the first value it clears is billed again. The controller weighs a rewrite the window does not
-# need (docs/guides/controller.md), but one the window needs always runs, and when it clears
-# short values (commands, small edits) it frees a few hundred tokens for a re-billed prompt. Of
-# the string arguments over 200 characters in the 17 public traces, the 31 over 2,000 (written
-# files, large edits, heredocs; about 50 lines of code) hold 62% of the characters of all 227:
-# clearing only those keeps most of what clearing can free, and a rewrite happens only where a
-# file's worth of text goes. Summed over the traces, 200 cost 100.01-100.31% of not compacting
-# with the three pricings and both windows, 2,000 costs 99.74-99.95% (docs/guides/strategies.md
-# gives the sweep). Inside a rewrite that masking makes anyway (the tiered strategy's clear tier,
-# the masking strategies' clear_tool_inputs) clearing rides on that break, so those keep 200.
-MIN_CHARS = 2_000
-"""``ToolInputClearing``'s default ``min_chars``: only string arguments longer than this are
-cleared when the strategy runs alone."""
+# the first value it clears is billed again. The controller makes a rewrite the window does not
+# need only when it pays back (docs/guides/controller.md), but never holds back one the window
+# needs. With a threshold of 200 characters each of the three losses on the 17 public traces
+# was such a needed rewrite: 7 to 759 tokens over, it freed 4-6% of the history, kept one to
+# five calls inside the window, and re-billed the prompt from its first cleared value on.
+# The 31 string arguments over 2,000 characters (written files, large edits and heredocs) hold
+# 62% of the characters of the 227 over 200: clearing only those keeps most of what clearing
+# can free, and a rewrite then frees at least ~500 tokens. Summed over the traces, 200 cost
+# 100.01-100.31% of not compacting with the three pricings and both windows, 2,000 costs
+# 99.74-99.95% (docs/guides/strategies.md gives the sweep, and how little it rests on). Inside a
+# rewrite that masking makes anyway (the tiered strategy's clear tier, the masking strategies'
+# clear_tool_inputs) clearing rides on that break, so those keep ArgumentClearer's 200.
+_DEFAULT_MIN_CHARS = 2_000
 
 
 class ArgumentClearer:
@@ -189,8 +189,8 @@ class ToolInputClearing:
     Args:
         keep_recent: How many of the newest tool-call groups keep their arguments whole.
         min_chars: Only string values longer than this are cleared (default 2,000
-            characters, about 50 lines of code: alone, each rewrite is a cache break of its
-            own, and clearing commands and small edits frees too little to pay for it).
+            characters: alone, each rewrite is a cache break of its own, and clearing
+            shorter values freed too little to pay for it).
         tools: The tool names whose calls are cleared (``None``, ``True`` or ``"all"``:
             every tool).
         marker: What replaces a value; may use ``{chars}``.
@@ -216,7 +216,7 @@ class ToolInputClearing:
         self,
         *,
         keep_recent: int = 5,
-        min_chars: int = MIN_CHARS,
+        min_chars: int = _DEFAULT_MIN_CHARS,
         tools: Sequence[str] | str | bool | None = None,
         marker: str = INPUT_MARKER,
         batch_turns: int = 0,

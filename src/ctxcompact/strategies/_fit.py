@@ -67,7 +67,7 @@ logger = logging.getLogger("ctxcompact.strategies.guard")
 PINNED = frozenset({"system", "developer"})
 
 _STAND_IN_MESSAGE = "#" + "0" * 10
-_PLAIN_CLEARER = ArgumentClearer()  # as ToolInputClearing's defaults clear
+_PLAIN_CLEARER = ArgumentClearer()  # as clear_tool_inputs and the tiered clear tier clear
 _MIN_CLEARED_CHARS = _PLAIN_CLEARER.min_chars
 
 
