@@ -67,7 +67,7 @@ logger = logging.getLogger("ctxcompact.strategies.guard")
 PINNED = frozenset({"system", "developer"})
 
 _STAND_IN_MESSAGE = "#" + "0" * 10
-_PLAIN_CLEARER = ArgumentClearer()  # as clear_tool_inputs and the tiered clear tier clear
+_PLAIN_CLEARER = ArgumentClearer()  # 200, as clear_tool_inputs: within a rewrite made anyway
 _MIN_CLEARED_CHARS = _PLAIN_CLEARER.min_chars
 
 
