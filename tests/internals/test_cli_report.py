@@ -8,13 +8,26 @@ from __future__ import annotations
 
 import re
 import shlex
+import sys
 from pathlib import Path
 
 import pytest
 
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
 from ctxcompact.cli import main
 from ctxcompact.cli._plot import draw_replays
-from ctxcompact.cli._report import ReplaySettings, advice, is_loss, replay_text
+from ctxcompact.cli._report import (
+    ReplaySettings,
+    advice,
+    is_loss,
+    replay_text,
+    window_advice,
+)
+from ctxcompact.cli._setup import parse_params
 from ctxcompact.replay import FileReplay, ReplayStats
 from tests.helpers.traces import TRACES_DIR
 
@@ -264,7 +277,9 @@ def test_a_real_trace_over_the_window_gets_the_window_verdict_and_advice_that_ho
     assert "schema1-masking: does not keep the window: 7 of 20 calls still over the window" in text
     assert "LOSS" not in text.split("verdict")[1]
     assert not re.search(r"\(\d+\.\d% of no compaction, LOSS\)", text)
-    advised = 'steps = ["schema1-masking", "context-guard"]'
+    # The suggested step keeps the run's own params.
+    step = '{strategy = "schema1-masking", params = {batch_turns = 0}}'
+    advised = f'steps = [{step}, "context-guard"]'
     assert "try: end it with the guard" in text
     assert advised in text
     # And the advice holds: with it, every call of the same trace fits.
@@ -273,10 +288,39 @@ def test_a_real_trace_over_the_window_gets_the_window_verdict_and_advice_that_ho
     assert main(["replay", str(trace), "--config", str(config), "--no-progress"]) == 0
     assert "pipeline: keeps the window (every one of its 20 calls fits" in capsys.readouterr().out
     # And its command-line form, as written, does the same.
-    flags = '--strategy pipeline --param \'steps=["schema1-masking", "context-guard"]\''
+    flags = f"--strategy pipeline --param 'steps=[{step}, \"context-guard\"]'"
     assert flags in text
     assert main(["replay", str(trace), *shlex.split(flags), "--no-progress"]) == 0
     assert "pipeline: keeps the window (every one of its 20 calls fits" in capsys.readouterr().out
+
+
+def test_the_window_advice_keeps_the_run_s_params_in_a_form_that_reads_back() -> None:
+    given = {
+        "placeholder_template": 'it\'s [{tool_name}: "old"] \\ é',
+        "window_turns": 4,
+        "share": 0.0625,
+        "tools": ["Write", "Edit"],
+        "summary": {"max_chars": 2_000, "at trigger": False},
+        "--reserved": 8_000,  # a flag, not a parameter
+    }
+    text = window_advice("schema1-masking (window_turns=4)", given)
+    params = {k: v for k, v in given.items() if not k.startswith("--")}
+    expected = [{"strategy": "schema1-masking", "params": params}, "context-guard"]
+    # The command-line form, split as a shell would and parsed as --param is.
+    flags = (
+        text.split("try: ", 1)[-1]
+        .split("end it with the guard, which fits every request it runs on: ", 1)[1]
+        .split(", or in a", 1)[0]
+    )
+    words = shlex.split(flags)
+    assert words[:3] == ["--strategy", "pipeline", "--param"]
+    assert parse_params(words[3:4]) == {"steps": expected}
+    # The config-file form, read by tomllib.
+    toml = "[compaction.params]\n" + text.split("[compaction.params] ", 1)[1]
+    assert tomllib.loads(toml)["compaction"]["params"]["steps"] == expected
+    # Without params the step is the name alone; a value TOML cannot write is left to fill in.
+    assert 'steps = ["schema1-masking", "context-guard"]' in window_advice("schema1-masking")
+    assert "params = {...its params}" in window_advice("schema1-masking", {"x": None})
 
 
 # -- the plot ----------------------------------------------------------------------------------

@@ -8,6 +8,8 @@ added under the same version, never renamed or removed.
 from __future__ import annotations
 
 import json
+import shlex
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -16,7 +18,7 @@ from ..replay import FileReplay, ReplayStats
 from ._plot import plot_replays, require_matplotlib
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
+    from collections.abc import Sequence
 
 __all__ = [
     "ReplaySettings",
@@ -484,21 +486,61 @@ _WINDOW_ADVICE = (
 )
 
 
-def window_advice(label: str) -> str:
+def window_advice(label: str, given: Mapping[str, object] | None = None) -> str:
     """What to try when the strategy named ``label`` leaves calls over the window.
 
+    ``given`` holds the parameters the run had (keys starting with ``--`` are command-line
+    flags, not parameters): the suggested step keeps them.
+
     Example:
-        >>> window_advice("schema1-masking (window_turns=4)").endswith(
+        >>> window_advice("schema1-masking").endswith(
         ...     'steps = ["schema1-masking", "context-guard"]')
+        True
+        >>> window_advice("schema1-masking", {"window_turns": 4, "--reserved": 8000}).endswith(
+        ...     'steps = [{strategy = "schema1-masking", params = {window_turns = 4}}, '
+        ...     '"context-guard"]')
         True
     """
     spec = label.split(" (", 1)[0].split(" #", 1)[0]
     if spec == "pipeline":
         return _WINDOW_ADVICE.format(flags="", steps='[...its steps, "context-guard"]')
-    steps = f'["{spec}", "context-guard"]'
-    # On the command line too; a step given params is written {strategy = ..., params = {...}}.
-    flags = f"--strategy pipeline --param 'steps={steps}', or "
+    params = {k: v for k, v in (given or {}).items() if not k.startswith("--")}
+    step = _toml_value(spec)
+    if params:
+        try:
+            written = _toml_value(params)
+        except TypeError:  # a value TOML cannot write (null): the user fills it in
+            written = "{...its params}"
+        step = f"{{strategy = {step}, params = {written}}}"
+    steps = f'[{step}, "context-guard"]'
+    flags = f"--strategy pipeline --param {shlex.quote(f'steps={steps}')}, or "
     return _WINDOW_ADVICE.format(flags=flags, steps=steps)
+
+
+def _toml_value(value: object) -> str:
+    """``value`` as a TOML inline value (what a config file or ``--param`` reads back).
+
+    Example:
+        >>> _toml_value({"keep": [1, 2.5, True], "marker x": "[hidden]"})
+        '{keep = [1, 2.5, true], "marker x" = "[hidden]"}'
+    """
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, str):
+        return json.dumps(value)  # a TOML basic string: the same escapes
+    if isinstance(value, Mapping):
+        items = (f"{_toml_key(str(k))} = {_toml_value(v)}" for k, v in value.items())
+        return "{" + ", ".join(items) + "}"
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    raise TypeError(f"no TOML form for {type(value).__name__}")
+
+
+def _toml_key(key: str) -> str:
+    bare = key and all(c.isascii() and (c.isalnum() or c in "_-") for c in key)
+    return key if bare else json.dumps(key)
 
 
 _GENERIC_ADVICE = (
@@ -666,7 +708,8 @@ def _verdicts(
             more = f" and {len(losing) - 5} more" if len(losing) > 5 else ""
             lines.append(f"    loses on {len(losing)} of {len(replays)} files: {shown}{more}")
         if stats.calls_over_window:
-            lines.append(f"    try: {window_advice(label)}")
+            given = settings.params[n] if n < len(settings.params) else None
+            lines.append(f"    try: {window_advice(label, given)}")
         elif losing:
             given = settings.params[n] if n < len(settings.params) else None
             lines.append(f"    try: {advice(label, trigger, given)}")
