@@ -307,11 +307,7 @@ def test_the_window_advice_keeps_the_run_s_params_in_a_form_that_reads_back() ->
     params = {k: v for k, v in given.items() if not k.startswith("--")}
     expected = [{"strategy": "schema1-masking", "params": params}, "context-guard"]
     # The command-line form, split as a shell would and parsed as --param is.
-    flags = (
-        text.split("try: ", 1)[-1]
-        .split("end it with the guard, which fits every request it runs on: ", 1)[1]
-        .split(", or in a", 1)[0]
-    )
+    flags = text.split("which fits every request it runs on: ", 1)[1].split(", or in a", 1)[0]
     words = shlex.split(flags)
     assert words[:3] == ["--strategy", "pipeline", "--param"]
     assert parse_params(words[3:4]) == {"steps": expected}

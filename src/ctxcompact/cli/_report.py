@@ -707,11 +707,10 @@ def _verdicts(
             shown = ", ".join(f"{_short_name(name)} (cost {_pct(r)})" for name, r in losing[:5])
             more = f" and {len(losing) - 5} more" if len(losing) > 5 else ""
             lines.append(f"    loses on {len(losing)} of {len(replays)} files: {shown}{more}")
+        given = settings.params[n] if n < len(settings.params) else None
         if stats.calls_over_window:
-            given = settings.params[n] if n < len(settings.params) else None
             lines.append(f"    try: {window_advice(label, given)}")
         elif losing:
-            given = settings.params[n] if n < len(settings.params) else None
             lines.append(f"    try: {advice(label, trigger, given)}")
     return lines
 
